@@ -1,0 +1,104 @@
+"""Run a check on a student's object: the Python API behind the notebooks' test cells.
+
+    from autograder import evaluate
+    verdict = evaluate("07.rmsnorm", RMSNorm)            # visible cases
+    verdict = evaluate("07.rmsnorm", RMSNorm, hidden=True)  # fresh seeds and edge cases
+    verdict.passed, verdict.points, verdict.max_points, verdict.message
+
+Visible cases and what they should give are stored in autograder/expected/ by `course
+build`, so a student's copy needs no reference solutions. Hidden cases are drawn from a
+fresh seed and judged against the reference read from solutions/.
+"""
+
+import os
+import secrets
+import zlib
+from typing import Any
+
+import torch
+
+from . import reference
+from .checks import CHECKS
+from .core import Case, CheckFailed, Expectation, Mistake, Verdict, expectations, judge, run_stage
+from .paths import EXPECTED
+
+VISIBLE_SEED = 0
+
+
+def _get(name: str):
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise KeyError(f"no check named {name!r}; known checks: {', '.join(sorted(CHECKS))}") from None
+
+
+def hidden_seed(name: str) -> int:
+    """The grader sets COURSE_HIDDEN_SEED once per batch, so a re-run gives the same grades."""
+    batch = os.environ.get("COURSE_HIDDEN_SEED")
+    base = int(batch) if batch else secrets.randbits(31)
+    return (base ^ zlib.crc32(name.encode())) & 0x7FFFFFFF
+
+
+def make_cases(name: str, *, hidden: bool, seed: int) -> list[Case]:
+    generator = torch.Generator().manual_seed(seed)
+    return _get(name).cases(generator, hidden)
+
+
+def live_expectations(name: str, cases: list[Case]) -> tuple[list[Expectation], list[Mistake]]:
+    check = _get(name)
+    ref = reference.reference_object(name, check.target)
+    known = reference.mistakes(name)
+    return expectations(check, ref, known, cases), known
+
+
+def snapshot_path(name: str):
+    return EXPECTED / f"{name}.pt"
+
+
+def write_snapshot(name: str) -> None:
+    """Store the visible cases with the reference's and each mistake's outputs (build step)."""
+    cases = make_cases(name, hidden=False, seed=VISIBLE_SEED)
+    expected, known = live_expectations(name, cases)
+    EXPECTED.mkdir(exist_ok=True)
+    torch.save(
+        {
+            "cases": [{"name": c.name, "inputs": c.inputs} for c in cases],
+            "expected": [{"reference": e.reference, "mistakes": e.mistakes} for e in expected],
+            "mistakes": [{"name": m.name, "advice": m.advice} for m in known],
+        },
+        snapshot_path(name),
+    )
+
+
+def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistake]]:
+    path = snapshot_path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `course build` to create it")
+    data = torch.load(path, weights_only=True)
+    cases = [Case(c["name"], c["inputs"]) for c in data["cases"]]
+    expected = [Expectation(e["reference"], e["mistakes"]) for e in data["expected"]]
+    known = [Mistake(m["name"], m["advice"], None) for m in data["mistakes"]]
+    return cases, expected, known
+
+
+def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = None) -> Verdict:
+    """All three stages in this process; returns the verdict (never raises for a wrong answer)."""
+    check = _get(name)
+    if hidden:
+        cases = make_cases(name, hidden=True, seed=hidden_seed(name) if seed is None else seed)
+        expected, known = live_expectations(name, cases)
+    else:
+        cases, expected, known = load_snapshot(name)
+    results = run_stage(check, obj, cases)
+    verdict = judge(check, cases, results, expected, known)
+    points = check.hidden_points if hidden else check.points
+    return Verdict(verdict.check, verdict.passed, verdict.message, points)
+
+
+def check(name: str, obj: Any, *, hidden: bool = False) -> Verdict:
+    """The notebook's test cells call this: prints the verdict, or raises CheckFailed."""
+    verdict = evaluate(name, obj, hidden=hidden)
+    if not verdict.passed:
+        raise CheckFailed(verdict)
+    print(verdict)
+    return verdict

@@ -1,0 +1,115 @@
+"""Checks of notebook 07, RMSNorm.
+
+Key: B batch, T sequence length, D hidden size. Several cases use inputs whose mean square
+is close to eps: only there does the place of eps (inside or outside the root) show.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from ..core import Case, Check, ErrorHint, Outputs, Property
+
+# (shape, eps, scale of x): scale 1e-3 with eps 1e-6, and eps 0.5, make eps matter.
+SHAPES = [((2, 5, 16), 1e-6, 1.0), ((3, 8), 0.5, 0.3), ((1, 4, 32), 1e-6, 1e-3), ((2, 3, 8), 1e-5, 1e3)]
+
+
+def norm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(SHAPES)
+    if hidden:
+        for _ in range(3):
+            b, t, d = (int(torch.randint(1, n, (), generator=g)) for n in (4, 30, 65))
+            eps = float(10 ** torch.empty(()).uniform_(-6, 0, generator=g))
+            shapes.append(((b, t, d), eps, float(10 ** torch.empty(()).uniform_(-3, 3, generator=g))))
+    cases = []
+    for shape, eps, scale in shapes:
+        x = torch.randn(shape, generator=g) * scale
+        x[..., 0, :] = 0.0  # an all-zero vector must come out as zeros, not NaN
+        name = f"x of shape {shape} (|x| ~ {scale:g}, first row all zeros), eps={eps:g}"
+        cases.append(Case(name, {"x": x, "eps": eps, "weight": torch.randn(shape[-1], generator=g)}))
+    return cases
+
+
+def module_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = norm_cases(g, hidden)
+    x = torch.randn(2, 4, 16, generator=g)
+    x[..., 0, :] = 0.0
+    bf16 = {"x": x.bfloat16(), "eps": 1e-6, "weight": torch.randn(16, generator=g)}
+    return [*cases, Case("bfloat16 x of shape (2, 4, 16) (first row all zeros), eps=1e-06", bf16)]
+
+
+def run_norm(rmsnorm_class, case: Case) -> Outputs:
+    x = case.inputs["x"]
+    module = rmsnorm_class(x.shape[-1], eps=case.inputs["eps"])
+    return {"normed": module._norm(x), "normed_10x": module._norm(10 * x)}
+
+
+def run_module(rmsnorm_class, case: Case) -> Outputs:
+    x = case.inputs["x"]
+    module = rmsnorm_class(x.shape[-1], eps=case.inputs["eps"])
+    with torch.no_grad():
+        module.weight.copy_(case.inputs["weight"])
+    return {"y": module(x)}
+
+
+def _scale_invariant(case: Case, out: Outputs) -> str | None:
+    x, y, y10 = case.inputs["x"], out.get("normed"), out.get("normed_10x")
+    if y is None or y10 is None or y.shape != y10.shape or case.inputs["eps"] > 1e-5 or x.abs().max() < 0.1:
+        return None  # only where eps is negligible next to mean(x ** 2) is the norm scale-free
+    gap = (y - y10).abs().max().item()
+    return None if gap < 1e-4 else f"_norm(10 * x) should equal _norm(x); they differ by up to {gap:.3g}"
+
+
+def _no_nan_on_zeros(case: Case, out: Outputs) -> str | None:
+    y = next(iter(out.values()))
+    if y.shape != case.inputs["x"].shape:
+        return None
+    zeros = y[..., 0, :].float()
+    return None if torch.isfinite(zeros).all() and (zeros == 0).all() else "an all-zero vector must give zeros"
+
+
+def _matches_torch(case: Case, out: Outputs) -> str | None:
+    x, y = case.inputs["x"], out.get("y")
+    if y is None or y.shape != x.shape:
+        return None
+    want = F.rms_norm(x.float(), (x.shape[-1],), case.inputs["weight"], case.inputs["eps"]).to(x.dtype)
+    gap = (y.float() - want.float()).abs().max().item()
+    limit = 5e-2 if x.dtype == torch.bfloat16 else 1e-4 * max(1.0, want.abs().max().item())
+    return None if gap <= limit else f"torch.nn.functional.rms_norm differs by up to {gap:.3g}"
+
+
+NORM = Check(
+    name="07.rmsnorm_norm",
+    target="RMSNorm",
+    answer="rmsnorm",
+    cases=norm_cases,
+    run=run_norm,
+    properties=[
+        Property("scale invariance", _scale_invariant),
+        Property("zero vector gives zeros", _no_nan_on_zeros),
+    ],
+    hints=[
+        "Normalise along the last dimension only: each hidden vector by its own root mean square.",
+        "rms(x) = sqrt(mean(x ** 2) + eps): the mean of the squares, with eps inside the root.",
+        "torch.rsqrt(v) is 1 / sqrt(v); keep the mean's dimension (keepdim=True) so it broadcasts over D.",
+    ],
+)
+
+MODULE = Check(
+    name="07.rmsnorm",
+    target="RMSNorm",
+    cases=module_cases,
+    run=run_module,
+    properties=[
+        Property("matches torch.nn.functional.rms_norm", _matches_torch),
+        Property("zero vector gives zeros", _no_nan_on_zeros),
+    ],
+    error_hints=[
+        ErrorHint("has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."),
+    ],
+    hints=[
+        "forward is given: it calls your _norm in float32, multiplies by weight and casts back.",
+        "If this fails while 07.rmsnorm_norm passes, look at what you changed in forward or __init__.",
+    ],
+)
+
+CHECKS = [NORM, MODULE]

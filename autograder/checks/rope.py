@@ -1,0 +1,204 @@
+"""Checks of notebook 04, rotary position embedding.
+
+Key: B batch, H heads, T sequence length, Dh head dim, C context size (rows of the table).
+"""
+
+import torch
+
+from ..core import Case, Check, ErrorHint, Outputs, Property
+
+# ------------------------------------------------------------------ get_rotation_matrix
+
+TABLE_SHAPES = [(8, 16, 10000.0), (2, 1, 10.0), (64, 100, 10000.0), (16, 40, 500.0)]
+
+
+def rotation_matrix_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(TABLE_SHAPES)
+    if hidden:
+        for _ in range(3):
+            dim = 2 * int(torch.randint(1, 33, (), generator=g))
+            context = int(torch.randint(1, 300, (), generator=g))
+            period = float(torch.randint(2, 1_000_000, (), generator=g))
+            shapes.append((dim, context, period))
+    return [
+        Case(f"dim={d}, context_size={c}, period={p:g}", {"dim": d, "context_size": c, "period": p})
+        for d, c, p in shapes
+    ]
+
+
+def run_rotation_matrix(get_rotation_matrix, case: Case) -> Outputs:
+    i = case.inputs
+    return {"rotation_matrix": get_rotation_matrix(i["dim"], i["context_size"], i["period"])}
+
+
+def _unit_modulus(case: Case, out: Outputs) -> str | None:
+    table = out["rotation_matrix"]
+    if not torch.is_tensor(table) or not table.is_complex():
+        return "entries should be complex numbers e^(i theta)"
+    worst = (table.abs() - 1).abs().max().item() if table.numel() else 0.0
+    return None if worst < 1e-5 else f"entries should have modulus 1; |z| is off by up to {worst:.3g}"
+
+
+def _row0_identity(case: Case, out: Outputs) -> str | None:
+    table = out["rotation_matrix"]
+    if not torch.is_tensor(table) or not table.is_complex() or table.ndim != 2 or not len(table):
+        return None
+    worst = (table[0] - 1).abs().max().item()
+    return None if worst < 1e-6 else f"position 0 should not rotate (row 0 all 1+0j); off by {worst:.3g}"
+
+
+ROTATION_MATRIX = Check(
+    name="04.rotation_matrix",
+    target="get_rotation_matrix",
+    cases=rotation_matrix_cases,
+    run=run_rotation_matrix,
+    properties=[Property("unit modulus", _unit_modulus), Property("row 0 is the identity", _row0_identity)],
+    hints=[
+        "Build it in three steps: a frequency per pair k, a position per token p, and their outer product "
+        "theta[p, k] = p * freq[k].",
+        "freq[k] = 1 / period ** (2k / dim) for k = 0 .. dim/2 - 1: `torch.arange(0, dim, 2)` gives 2k directly.",
+        "torch.polar(abs, angle) builds abs * e^(i angle); the modulus is all ones.",
+    ],
+)
+
+# ------------------------------------------------------------------------- RoPE.forward
+
+ROPE_SHAPES = [(2, 3, 5, 8, 12), (1, 1, 1, 2, 4), (1, 2, 7, 16, 7), (3, 2, 6, 4, 10)]  # B, H, T, Dh, C
+
+
+def random_rotation_table(g: torch.Generator, context: int, half: int) -> torch.Tensor:
+    """e^(i p f_k) for random frequencies f_k: a valid table that is not the reference's."""
+    freqs = torch.rand(half, generator=g) * 1.5 + 0.01
+    angles = torch.outer(torch.arange(context, dtype=torch.float32), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(ROPE_SHAPES)
+    if hidden:
+        for _ in range(3):
+            b, h, t = (int(torch.randint(1, n, (), generator=g)) for n in (4, 5, 40))
+            dh = 2 * int(torch.randint(1, 17, (), generator=g))
+            shapes.append((b, h, t, dh, t + int(torch.randint(0, 20, (), generator=g))))
+    cases = []
+    for b, h, t, dh, c in shapes:
+        table = random_rotation_table(g, c, dh // 2)
+        q, k = torch.randn(2, b, h, t, dh, generator=g)
+        cases.append(Case(f"B={b} H={h} T={t} Dh={dh} context={c}", {"q": q, "k": k, "rotation_matrix": table}))
+    # Same query and key at every position: the scores then depend on positions alone.
+    table = random_rotation_table(g, 9, 4)
+    q = torch.randn(1, 1, 1, 8, generator=g).expand(1, 1, 9, 8).contiguous()
+    k = torch.randn(1, 1, 1, 8, generator=g).expand(1, 1, 9, 8).contiguous()
+    cases.append(Case("one q and one k repeated over T=9 positions", {"q": q, "k": k, "rotation_matrix": table}))
+    q, k = torch.randn(2, 2, 2, 4, 6, generator=g)
+    cases.append(
+        Case(
+            "bfloat16 q and k, B=2 H=2 T=4 Dh=6",
+            {"q": q.bfloat16(), "k": k.bfloat16(), "rotation_matrix": random_rotation_table(g, 8, 3)},
+        )
+    )
+    return cases
+
+
+def run_rope(rope_class, case: Case) -> Outputs:
+    rope = rope_class(case.inputs["rotation_matrix"])
+    q, k = rope(case.inputs["q"], case.inputs["k"])
+    return {"queries": q, "keys": k}
+
+
+def _pairs(x: torch.Tensor) -> torch.Tensor:
+    return x.float().reshape(*x.shape[:-1], -1, 2)  # (..., Dh/2, 2)
+
+
+def _keeps_norms(case: Case, out: Outputs) -> str | None:
+    for name, key in (("queries", "q"), ("keys", "k")):
+        got, x = out[name], case.inputs[key]
+        if got.shape != x.shape:
+            return None
+        gap = (_pairs(got).norm(dim=-1) - _pairs(x).norm(dim=-1)).abs().max().item()
+        if gap > (2e-2 if x.dtype == torch.bfloat16 else 1e-4):
+            return f"the length of each (x[2k], x[2k+1]) pair of {name} changes by up to {gap:.3g}"
+    return None
+
+
+def _position0_identity(case: Case, out: Outputs) -> str | None:
+    got, x = out["queries"], case.inputs["q"]
+    if got.shape != x.shape or x.dtype == torch.bfloat16:
+        return None
+    gap = (got[..., 0, :] - x[..., 0, :]).abs().max().item()
+    return None if gap < 1e-5 else f"the query at position 0 moved by up to {gap:.3g}; row 0 of the table is 1"
+
+
+def _relative_scores(case: Case, out: Outputs) -> str | None:
+    if not case.name.startswith("one q and one k"):
+        return None
+    q, k = out["queries"], out["keys"]
+    if q.shape != case.inputs["q"].shape or k.shape != q.shape:
+        return None
+    scores = (q @ k.transpose(-1, -2))[0, 0]  # (T, T): <RoPE(q)_m, RoPE(k)_n>
+    gap = (scores[1:, 1:] - scores[:-1, :-1]).abs().max().item()
+    return None if gap < 1e-4 else f"<q_m, k_n> should depend on n - m only, but shifting both moves it by {gap:.3g}"
+
+
+ROPE = Check(
+    name="04.rope_forward",
+    target="RoPE",
+    cases=rope_cases,
+    run=run_rope,
+    properties=[
+        Property("keeps the norm of every pair", _keeps_norms),
+        Property("position 0 is the identity", _position0_identity),
+        Property("q.k depends only on n - m", _relative_scores),
+    ],
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "the rotation table has context_size rows; keep only the first T (rotation_matrix[:T]) "
+            "before multiplying.",
+        ),
+        ErrorHint(
+            "view_as_complex is only supported for",
+            "view_as_complex needs float32 or float64: compute in float32 (x.float()) and cast back "
+            "with .type_as(x).",
+        ),
+        ErrorHint(
+            "Tensor must have a last dimension of size 2",
+            "reshape to (B, H, T, Dh // 2, 2) before view_as_complex.",
+        ),
+    ],
+    hints=[
+        "Pair features (0, 1), (2, 3), ...: reshape the last dimension to (Dh // 2, 2) and view each pair "
+        "as one complex number.",
+        "Multiplying a complex number by e^(i theta) rotates it by theta. rotation_matrix[:T] has shape "
+        "(T, Dh // 2) and broadcasts over B and H.",
+        "view_as_complex wants float32: work on x.float(), then view_as_real, flatten the last two "
+        "dimensions and return .type_as(x).",
+    ],
+)
+
+# ------------------------------------------------------------ interleaved <-> half-split
+
+
+def permutation_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    dims = [2, 8, 64] + ([2 * int(torch.randint(1, 65, (), generator=g)) for _ in range(3)] if hidden else [])
+    return [Case(f"dim={d}", {"dim": d}) for d in dims]
+
+
+def run_permutation(interleaved_to_half, case: Case) -> Outputs:
+    return {"permutation": torch.as_tensor(interleaved_to_half(case.inputs["dim"]))}
+
+
+HALF_SPLIT = Check(
+    name="04.half_split_permutation",
+    target="interleaved_to_half",
+    cases=permutation_cases,
+    run=run_permutation,
+    exact_dtype=False,
+    hints=[
+        "In the half-split form, feature i is paired with feature i + dim/2, and pair i turns at frequency i.",
+        "So the interleaved pair k = (2k, 2k + 1) must land on positions (k, k + dim/2).",
+        "Even features first, then odd ones.",
+    ],
+)
+
+CHECKS = [ROTATION_MATRIX, ROPE, HALF_SPLIT]

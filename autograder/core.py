@@ -1,0 +1,274 @@
+"""The three stages of a check: cases (trusted) -> run (untrusted) -> judge (trusted).
+
+A check never compares a student's object with the reference inside one function: `run`
+is the only code that touches student objects, and what it returns is plain data (a dict
+of tensors, or the text of the error the student's code raised). `judge` sees that data,
+the cases, and the expectations (the reference's outputs on the same cases, and the
+outputs of each known mistake), and nothing else. That is what lets the grader run stage 2
+in another process and judge in its own.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Tensor = torch.Tensor
+Outputs = dict[str, Tensor]
+# What stage 2 hands back per case: the outputs, or the text of the error it raised.
+RunResult = Outputs | str
+
+# One table of tolerances, as tight as each dtype allows for a correct implementation that
+# orders its operations differently (einsum vs matmul, rsqrt vs 1/sqrt, complex vs 2x2).
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # dtype: (rtol, atol)
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (1e-5, 1e-5),
+    torch.complex64: (1e-5, 1e-5),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to a check: a short human name and the arguments (tensors and numbers)."""
+
+    name: str
+    inputs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong implementation, recognised when the student's outputs equal its outputs."""
+
+    name: str  # what the student did, e.g. "eps added outside the square root"
+    advice: str  # what to change
+    impl: Any  # an object with the same interface as the student's (class or function)
+
+
+@dataclass(frozen=True)
+class ErrorHint:
+    """Advice for an exception whose text contains `fragment` (e.g. a broadcast failure)."""
+
+    fragment: str
+    advice: str
+
+
+@dataclass(frozen=True)
+class Property:
+    """A property of the student's outputs alone, e.g. 'rotations keep norms'.
+
+    `test(case, outputs)` returns None when it holds (or does not apply to the case) and a
+    sentence saying by how much it fails otherwise.
+    """
+
+    name: str
+    test: Callable[[Case, Outputs], str | None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    passed: bool
+    message: str
+    max_points: float = 0.0
+
+    @property
+    def points(self) -> float:
+        return self.max_points if self.passed else 0.0
+
+    def __str__(self) -> str:
+        mark = "passed" if self.passed else "FAILED"
+        return f"[{self.check}] {mark} ({self.points:g}/{self.max_points:g}): {self.message}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One graded question. See the module docstring for the three stages."""
+
+    name: str  # "<notebook>.<question>", e.g. "07.rmsnorm"
+    target: str  # the public name the student implements, e.g. "RMSNorm"
+    cases: Callable[[torch.Generator, bool], list[Case]]  # (generator, hidden) -> cases
+    run: Callable[[Any, Case], Outputs]  # calls the object under test on one case
+    properties: Sequence[Property] = ()
+    error_hints: Sequence[ErrorHint] = ()
+    hints: Sequence[str] = ()  # self-study hints, most general first
+    answer: str = ""  # grade_id of the answer cell; default: the part of the name after the dot
+    points: float = 1.0  # the visible test cell's points in the notebook
+    hidden_points: float = 2.0  # the hidden test cell's points
+    exact_dtype: bool = True
+    extra_tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def answer_cell(self) -> str:
+        return self.answer or self.name.split(".", 1)[1]
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        return self.extra_tolerance.get(dtype) or TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+class CheckFailed(AssertionError):
+    """Raised in the notebook when a check fails; shows the verdict without a traceback."""
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"CheckFailed: {self.verdict}"]
+
+
+# ---------------------------------------------------------------- stage 2: run (untrusted)
+
+
+def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
+    """Call the object under test on every case; errors become text, never escape."""
+    results: list[RunResult] = []
+    for case in cases:
+        try:
+            outputs = check.run(obj, _fresh_copy(case))
+            results.append({k: v.detach().clone() for k, v in outputs.items()})
+        except Exception as error:  # a student's bug is a result, not a crash
+            results.append(_describe_error(error))
+    return results
+
+
+def _fresh_copy(case: Case) -> Case:
+    """A copy of the inputs, so that code editing them in place cannot change the next run."""
+    inputs = {k: v.clone() if isinstance(v, Tensor) else v for k, v in case.inputs.items()}
+    return Case(case.name, inputs)
+
+
+def _describe_error(error: BaseException) -> str:
+    """`Type: message`, plus the student's own line when the error came from a notebook cell."""
+    where = ""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if "ipykernel" in frame.filename or frame.filename.startswith("<"):
+            where = f" (in your code: `{(frame.line or '').strip()}`)"
+            break
+    return f"{type(error).__name__}: {error}{where}"
+
+
+# ---------------------------------------------------------------- stage 3: judge (trusted)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the judge compares a case against: the reference's result and each mistake's."""
+
+    reference: RunResult
+    mistakes: dict[str, RunResult]
+
+
+def expectations(check: Check, reference: Any, mistakes: Sequence[Mistake], cases: Sequence[Case]):
+    """Run the reference and the known mistakes on the cases (trusted code only)."""
+    ref = run_stage(check, reference, cases)
+    wrong = {m.name: run_stage(check, m.impl, cases) for m in mistakes}
+    return [
+        Expectation(ref[i], {name: outs[i] for name, outs in wrong.items()})
+        for i in range(len(cases))
+    ]
+
+
+def judge(
+    check: Check,
+    cases: Sequence[Case],
+    results: Sequence[RunResult],
+    expected: Sequence[Expectation],
+    mistakes: Sequence[Mistake],
+) -> Verdict:
+    """Compare each case's result with the reference: shape -> dtype -> NaN/inf -> values.
+
+    The first failing case is named; the failure is matched against the known mistakes and
+    the properties of the check, so that the message says what probably went wrong.
+    """
+    if len(results) != len(cases):
+        return Verdict(check.name, False, f"expected {len(cases)} results, got {len(results)}")
+    for case, result, expect in zip(cases, results, expected, strict=True):
+        if isinstance(expect.reference, str):
+            raise RuntimeError(f"the reference fails on {check.name} {case.name}: {expect.reference}")
+        problem = _compare(check, result, expect.reference)
+        if problem is None:
+            continue
+        lines = [f"case {case.name}: {problem}"]
+        if isinstance(result, dict):
+            lines += [
+                f"  Property '{prop.name}' fails too: {failure}"
+                for prop in check.properties
+                if (failure := prop.test(case, result))
+            ]
+        diagnosis = _diagnose(check, result, expect, mistakes)
+        if diagnosis:
+            lines.append(f"  Looks like: {diagnosis}")
+        return Verdict(check.name, False, "\n".join(lines))
+    names = ", ".join(p.name for p in check.properties)
+    extra = f"; properties hold: {names}" if names else ""
+    return Verdict(check.name, True, f"{len(cases)} cases match the reference{extra}")
+
+
+def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
+    if isinstance(result, str):
+        return f"your code raised {result}"
+    for key, want in reference.items():
+        if key not in result:
+            return f"no output '{key}'"
+        problem = compare_tensors(check, key, result[key], want)
+        if problem:
+            return problem
+    return None
+
+
+def compare_tensors(check: Check, key: str, got: Tensor, want: Tensor) -> str | None:
+    """The first difference between two tensors, in the order shape, dtype, NaN/inf, values."""
+    if not isinstance(got, Tensor):
+        return f"'{key}' should be a tensor, got {type(got).__name__}"
+    if got.shape != want.shape:
+        return f"'{key}' has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    if check.exact_dtype and got.dtype != want.dtype:
+        return f"'{key}' has dtype {got.dtype}, expected {want.dtype}"
+    if got.is_complex() != want.is_complex():
+        return f"'{key}' should {'' if want.is_complex() else 'not '}be complex"
+    if got.is_floating_point() or got.is_complex():
+        bad = ~torch.isfinite(got)
+        if bad.any() and not (~torch.isfinite(want)).any():
+            index = tuple(torch.nonzero(bad)[0].tolist())
+            return f"'{key}' contains {got[index].item()} at index {index}, expected finite values"
+    rtol, atol = check.tolerance(want.dtype)
+    got_c, want_c = got.to(want.dtype), want
+    close = torch.isclose(got_c, want_c, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    index = tuple(torch.nonzero(~close)[0].tolist())
+    diff = (got_c - want_c).abs()
+    n_bad, n = int((~close).sum()), close.numel()
+    return (
+        f"'{key}' differs at index {index}: got {_fmt(got_c[index])}, expected {_fmt(want_c[index])} "
+        f"({n_bad} of {n} values off; largest difference {_fmt(diff.max())}, rtol={rtol:g}, atol={atol:g})"
+    )
+
+
+def _fmt(x: Tensor) -> str:
+    value = x.item()
+    if isinstance(value, complex):
+        return f"{value.real:.6g}{value.imag:+.6g}j"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]) -> str:
+    if isinstance(result, str):
+        for hint in check.error_hints:
+            if hint.fragment in result:
+                return hint.advice
+        return ""
+    for mistake in mistakes:
+        wrong = expect.mistakes.get(mistake.name)
+        if isinstance(wrong, dict) and _compare(check, result, wrong) is None:
+            return f"{mistake.name}. {mistake.advice}"
+    return ""

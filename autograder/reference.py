@@ -1,0 +1,66 @@
+"""The reference implementation, read from the solution notebooks (never copied).
+
+The reference of an assignment is what its source notebook defines: the cell with
+grade_id 'imports' and every solution cell, executed in order in a fresh namespace. The
+known mistakes live beside the notebook in solutions/<assignment>/mistakes.py. Both stay
+on the instructor's side: nbgrader's release does not copy them.
+"""
+
+import importlib.util
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import nbformat
+
+from .core import Mistake
+from .paths import SOLUTIONS, source_notebook
+
+
+def assignment_of(check_name: str) -> str:
+    """'07.rmsnorm' -> '07_rmsnorm' (the solutions folder whose number matches)."""
+    number = check_name.split(".")[0]
+    matches = [p.name for p in SOLUTIONS.iterdir() if p.name.startswith(f"{number}_")]
+    if len(matches) != 1:
+        raise LookupError(f"no single assignment numbered {number} in {SOLUTIONS}")
+    return matches[0]
+
+
+def is_reference_cell(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "imports")
+
+
+@cache
+def namespace(assignment: str) -> dict[str, Any]:
+    path = source_notebook(assignment)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is not here: the reference solutions are only on the instructor's side."
+        )
+    notebook = nbformat.read(path, as_version=4)
+    names: dict[str, Any] = {"__name__": f"reference_{assignment}"}
+    for cell in notebook.cells:
+        if is_reference_cell(cell):
+            exec(compile(cell.source, f"{path.name}:{cell.metadata.nbgrader['grade_id']}", "exec"), names)
+    return names
+
+
+def reference_object(check_name: str, target: str) -> Any:
+    return namespace(assignment_of(check_name))[target]
+
+
+@cache
+def _mistakes_module(assignment: str) -> ModuleType | None:
+    path = SOLUTIONS / assignment / "mistakes.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"mistakes_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mistakes(check_name: str) -> list[Mistake]:
+    module = _mistakes_module(assignment_of(check_name))
+    return list(getattr(module, "MISTAKES", {}).get(check_name, [])) if module else []
