@@ -13,6 +13,7 @@ fresh seed and judged against the reference read from solutions/.
 import os
 import secrets
 import zlib
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,23 +52,37 @@ def live_expectations(name: str, cases: list[Case]) -> tuple[list[Expectation], 
     return expectations(check, ref, known, cases), known
 
 
-def snapshot_path(name: str):
-    return EXPECTED / f"{name}.pt"
+def snapshot_path(name: str, directory: Path = EXPECTED) -> Path:
+    return directory / f"{name}.pt"
 
 
-def write_snapshot(name: str) -> None:
+def write_snapshot(name: str, directory: Path = EXPECTED) -> None:
     """Store the visible cases with the reference's and each mistake's outputs (build step)."""
     cases = make_cases(name, hidden=False, seed=VISIBLE_SEED)
     expected, known = live_expectations(name, cases)
-    EXPECTED.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
             "cases": [{"name": c.name, "inputs": c.inputs} for c in cases],
             "expected": [{"reference": e.reference, "mistakes": e.mistakes} for e in expected],
             "mistakes": [{"name": m.name, "advice": m.advice} for m in known],
         },
-        snapshot_path(name),
+        snapshot_path(name, directory),
     )
+
+
+def same_snapshot(a: Path, b: Path) -> bool:
+    return _same(torch.load(a, weights_only=True), torch.load(b, weights_only=True))
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(map(_same, x, y))
+    return x == y
 
 
 def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistake]]:

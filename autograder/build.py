@@ -1,0 +1,121 @@
+"""`course build`: derive everything from solutions/ (student notebooks, figures, visible cases).
+
+    notebooks/<a>/<a>.ipynb   nbgrader's release: answers become `raise NotImplementedError()`,
+                              hidden tests removed, no outputs, no widget state
+    images/<name>.png         the output of each solution cell tagged `image:<name>.png`
+    autograder/expected/*.pt  the visible cases of each check with the reference's outputs
+
+`build(out)` writes them under another root so that a test can compare them with the
+committed files (`stale_files`).
+"""
+
+import base64
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbgrader.apps import NbGraderAPI
+from traitlets.config import Config
+
+from . import api
+from .checks import CHECKS
+from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
+
+# Files next to a source notebook that stay on the instructor's side.
+INSTRUCTOR_ONLY = ["mistakes.py"]
+EXECUTION_TIMEOUT = 300  # seconds per cell when executing a solution notebook
+
+
+def nbgrader_config(root: Path, source: Path, db: Path, **extra) -> Config:
+    """The course's nbgrader settings; NbGraderAPI does not read nbgrader_config.py by itself."""
+    # nbgrader runs `alembic` (its database migrations) from PATH: use this environment's.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ["PATH"].split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
+    config = Config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.source_directory = str(source)
+    config.CourseDirectory.db_url = f"sqlite:///{db}"
+    config.CourseDirectory.course_id = "transformer-internals"
+    config.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", *INSTRUCTOR_ONLY]
+    for section, values in extra.items():
+        for key, value in values.items():
+            setattr(config[section], key, value)
+    return config
+
+
+def generate_release(out: Path) -> None:
+    """nbgrader generate_assignment for every assignment, into out/<assignment>/."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config = nbgrader_config(root, SOLUTIONS, root / "gradebook.db")
+        config.CourseDirectory.release_directory = "release"
+        nbgrader = NbGraderAPI(config=config)
+        for assignment in assignments():
+            result = nbgrader.generate_assignment(assignment, force=True, create=True)
+            if not result["success"]:
+                raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
+            released = root / "release" / assignment
+            target = out / assignment
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(released, target)
+            for path in target.glob("*.ipynb"):
+                notebook = nbformat.read(path, as_version=4)
+                notebook.metadata.pop("widgets", None)
+                nbformat.write(notebook, path)
+
+
+def execute_source(assignment: str) -> nbformat.NotebookNode:
+    """Run a solution notebook top to bottom in a fresh kernel; raises on the first error."""
+    path = source_notebook(assignment)
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=EXECUTION_TIMEOUT, resources={"metadata": {"path": str(path.parent)}}).execute()
+    return notebook
+
+
+def figures(notebook: nbformat.NotebookNode) -> dict[str, bytes]:
+    """PNG outputs of the cells tagged `image:<file name>`."""
+    found = {}
+    for cell in notebook.cells:
+        for tag in cell.metadata.get("tags", []):
+            if tag.startswith("image:"):
+                pngs = [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+                if len(pngs) != 1:
+                    raise RuntimeError(f"cell tagged {tag} drew {len(pngs)} figures, expected one")
+                found[tag.removeprefix("image:")] = base64.b64decode(pngs[0])
+    return found
+
+
+def build(root: Path = REPO) -> None:
+    """Regenerate notebooks/, images/ and the expected visible outputs under `root`."""
+    for name in CHECKS:  # first: the solution notebooks' visible checks read these
+        api.write_snapshot(name, root / EXPECTED.relative_to(REPO))
+    generate_release(root / NOTEBOOKS.relative_to(REPO))
+    images = root / IMAGES.relative_to(REPO)
+    images.mkdir(parents=True, exist_ok=True)
+    for assignment in assignments():
+        for name, png in figures(execute_source(assignment)).items():
+            (images / name).write_bytes(png)
+
+
+def stale_files(root: Path) -> list[str]:
+    """Derived files under `root` (a fresh build) that differ from the committed ones."""
+    stale = []
+    for folder in (NOTEBOOKS, IMAGES, EXPECTED):
+        for committed in folder.rglob("*"):
+            if committed.is_file() and not (root / committed.relative_to(REPO)).exists():
+                stale.append(f"{committed.relative_to(REPO)} (no longer built)")
+    for fresh in sorted(p for p in root.rglob("*") if p.is_file()):
+        committed = REPO / fresh.relative_to(root)
+        if not committed.exists():
+            stale.append(f"{committed.relative_to(REPO)} (missing)")
+        elif fresh.suffix == ".pt":
+            if not api.same_snapshot(fresh, committed):
+                stale.append(str(committed.relative_to(REPO)))
+        elif fresh.read_bytes() != committed.read_bytes():
+            stale.append(str(committed.relative_to(REPO)))
+    return stale
