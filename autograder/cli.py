@@ -1,0 +1,121 @@
+"""The `course` command: build, grade, check, list, lab."""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .paths import NOTEBOOKS
+
+
+def _build(args) -> int:
+    from .build import build, stale_files
+
+    if not args.check:
+        build()
+        print("built notebooks/, images/ and autograder/expected/ from solutions/")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        build(Path(tmp))
+        stale = stale_files(Path(tmp))
+    for name in stale:
+        print(f"stale: {name}")
+    print("derived files are current" if not stale else "run `make build` and commit the result")
+    return 1 if stale else 0
+
+
+def _grade(args) -> int:
+    from .grading import Limits, grade
+
+    limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout)
+    results = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, limits=limits)
+    for r in results:
+        score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
+        print(f"{r.student:<20} {r.notebook:<14} {r.status:<21} {score:>8} {r.reason}")
+    print(f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
+    return 0
+
+
+def _check(args) -> int:
+    """Execute a notebook and print each test cell's verdict (visible checks only)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(args.notebook)
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=args.cell_timeout, allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    passed = total = 0
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not (meta.get("grade") and cell.cell_type == "code" and "check(" in cell.source):
+            continue
+        if "hidden=True" in cell.source or not cell.source.strip():
+            continue
+        total += 1
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors:
+            print(f"FAILED {meta['grade_id']}: {errors[0].ename}: {errors[0].evalue}")
+        else:
+            passed += 1
+            print(f"passed {meta['grade_id']}")
+    print(f"{passed}/{total} visible checks pass in {path.name}")
+    return 0 if passed == total else 1
+
+
+def _list(args) -> int:
+    from .checks import CHECKS
+
+    for name, check in CHECKS.items():
+        print(f"{name:<28} {check.target:<22} {check.points:g} visible + {check.hidden_points:g} hidden points")
+    return 0
+
+
+def _lab(args) -> int:
+    command = [sys.executable, "-m", "jupyter", "lab", str(NOTEBOOKS), "--no-browser", f"--port={args.port}"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # JupyterLab refuses to start as root otherwise
+    if args.ip:
+        command.append(f"--ip={args.ip}")
+    print("starting JupyterLab; open the http://127.0.0.1 URL with the token that it prints below")
+    return subprocess.call(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="regenerate notebooks/, images/ and expected outputs from solutions/")
+    p.add_argument("--check", action="store_true", help="only report derived files that are stale")
+    p.set_defaults(func=_build)
+
+    p = sub.add_parser("grade", help="grade a folder or zip of submissions")
+    p.add_argument("submissions", help="folder of <student>/<nb>.ipynb or <student>_<nb>.ipynb, or a zip")
+    p.add_argument("--out", required=True, help="where grades.csv and feedback/ go")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks graded at once")
+    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell")
+    p.add_argument("--notebook-timeout", type=int, default=900, help="seconds per notebook")
+    p.set_defaults(func=_grade)
+
+    p = sub.add_parser("check", help="run a notebook and report its visible checks")
+    p.add_argument("notebook")
+    p.add_argument("--cell-timeout", type=int, default=300)
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("list", help="list the checks")
+    p.set_defaults(func=_list)
+
+    p = sub.add_parser("lab", help="start JupyterLab on notebooks/")
+    p.add_argument("--port", type=int, default=8888)
+    p.add_argument("--ip", default="")
+    p.set_defaults(func=_lab)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
