@@ -77,7 +77,12 @@ def same_snapshot(a: Path, b: Path) -> bool:
 
 def _same(x: Any, y: Any) -> bool:
     if isinstance(x, torch.Tensor):
-        return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
+        return (  # bit-equal, NaN equal to NaN (known mistakes produce NaN)
+            isinstance(y, torch.Tensor)
+            and x.dtype == y.dtype
+            and x.shape == y.shape
+            and bool(torch.isclose(x, y, rtol=0, atol=0, equal_nan=True).all())
+        )
     if isinstance(x, dict):
         return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
     if isinstance(x, list):

@@ -41,7 +41,13 @@ def nbgrader_config(root: Path, source: Path, db: Path, **extra) -> Config:
     config.CourseDirectory.source_directory = str(source)
     config.CourseDirectory.db_url = f"sqlite:///{db}"
     config.CourseDirectory.course_id = "transformer-internals"
-    config.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", *INSTRUCTOR_ONLY]
+    config.CourseDirectory.ignore = [
+        ".ipynb_checkpoints",
+        "*.pyc",
+        "__pycache__",
+        "feedback",
+        *INSTRUCTOR_ONLY,
+    ]
     for section, values in extra.items():
         for key, value in values.items():
             setattr(config[section], key, value)
@@ -73,7 +79,9 @@ def execute_source(assignment: str) -> nbformat.NotebookNode:
     """Run a solution notebook top to bottom in a fresh kernel; raises on the first error."""
     path = source_notebook(assignment)
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=EXECUTION_TIMEOUT, resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=EXECUTION_TIMEOUT, resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     return notebook
 
 
@@ -83,7 +91,11 @@ def figures(notebook: nbformat.NotebookNode) -> dict[str, bytes]:
     for cell in notebook.cells:
         for tag in cell.metadata.get("tags", []):
             if tag.startswith("image:"):
-                pngs = [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+                pngs = [
+                    o["data"]["image/png"]
+                    for o in cell.get("outputs", [])
+                    if "image/png" in o.get("data", {})
+                ]
                 if len(pngs) != 1:
                     raise RuntimeError(f"cell tagged {tag} drew {len(pngs)} figures, expected one")
                 found[tag.removeprefix("image:")] = base64.b64decode(pngs[0])

@@ -45,8 +45,12 @@ def _check(args) -> int:
 
     path = Path(args.notebook)
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=args.cell_timeout, allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        notebook,
+        timeout=args.cell_timeout,
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     passed = total = 0
     for cell in notebook.cells:
@@ -70,7 +74,9 @@ def _list(args) -> int:
     from .checks import CHECKS
 
     for name, check in CHECKS.items():
-        print(f"{name:<28} {check.target:<22} {check.points:g} visible + {check.hidden_points:g} hidden points")
+        print(
+            f"{name:<28} {check.target:<22} {check.points:g} visible + {check.hidden_points:g} hidden points"
+        )
     return 0
 
 

@@ -169,10 +169,7 @@ def expectations(check: Check, reference: Any, mistakes: Sequence[Mistake], case
     """Run the reference and the known mistakes on the cases (trusted code only)."""
     ref = run_stage(check, reference, cases)
     wrong = {m.name: run_stage(check, m.impl, cases) for m in mistakes}
-    return [
-        Expectation(ref[i], {name: outs[i] for name, outs in wrong.items()})
-        for i in range(len(cases))
-    ]
+    return [Expectation(ref[i], {name: outs[i] for name, outs in wrong.items()}) for i in range(len(cases))]
 
 
 def judge(

@@ -85,13 +85,29 @@ def find_submissions(source: Path, work: Path) -> tuple[list[Submission], list[R
             continue
         student, notebook = _identify(path.relative_to(inbox), known)
         if student is None or not STUDENT_ID.match(student):
-            rejected.append(Result(str(path.relative_to(inbox)), notebook or "", None, None, "failed",
-                                   "cannot tell the student and notebook from this file name"))
+            rejected.append(
+                Result(
+                    str(path.relative_to(inbox)),
+                    notebook or "",
+                    None,
+                    None,
+                    "failed",
+                    "cannot tell the student and notebook from this file name",
+                )
+            )
         elif notebook is None:
             rejected.append(Result(student, path.stem, None, None, "failed", "not a notebook of this course"))
         elif (student, notebook) in found:
-            rejected.append(Result(student, notebook, None, None, "failed",
-                                   f"more than one file for this notebook ({path.relative_to(inbox)})"))
+            rejected.append(
+                Result(
+                    student,
+                    notebook,
+                    None,
+                    None,
+                    "failed",
+                    f"more than one file for this notebook ({path.relative_to(inbox)})",
+                )
+            )
         else:
             found[(student, notebook)] = Submission(student, notebook, path)
     return list(found.values()), rejected
@@ -144,6 +160,14 @@ def _grading_config(run: Path, template: Path, limits: Limits):
         template / "source",
         run / "gradebook.db",
         Autograde={
+            "sanitize_preprocessors": [
+                "nbgrader.preprocessors.ClearOutput",
+                "nbgrader.preprocessors.DeduplicateIds",
+                "nbgrader.preprocessors.OverwriteKernelspec",
+                "autograder.preprocessors.RestoreDeletedCells",
+                "nbgrader.preprocessors.OverwriteCells",
+                "nbgrader.preprocessors.CheckCellMetadata",
+            ],
             "autograde_preprocessors": [
                 "autograder.preprocessors.LimitedExecute",
                 "autograder.preprocessors.StderrIsNotFailure",
@@ -153,10 +177,10 @@ def _grading_config(run: Path, template: Path, limits: Limits):
                 "nbgrader.preprocessors.SaveAutoGrades",
                 "nbgrader.preprocessors.AssignLatePenalties",
                 "nbgrader.preprocessors.CheckCellMetadata",
-            ]
+            ],
         },
         LimitedExecute={"timeout": limits.cell_timeout, "notebook_timeout": limits.notebook_timeout},
-        OverwriteCells={"add_missing_cells": True},
+        RestoreDeletedCells={"release_directory": str(template / "release")},
         LimitOutput={"max_lines": 1000},
         GenerateFeedback={
             "preprocessors": [
@@ -272,7 +296,9 @@ def write_csv(path: Path, results: list[Result]) -> None:
         writer = csv.writer(f)
         writer.writerow(["student", "notebook", "score", "max_score", "status", "reason"])
         for r in results:
-            writer.writerow([r.student, r.notebook, _number(r.score), _number(r.max_score), r.status, r.reason])
+            writer.writerow(
+                [r.student, r.notebook, _number(r.score), _number(r.max_score), r.status, r.reason]
+            )
     partial.rename(path)
 
 

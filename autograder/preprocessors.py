@@ -3,16 +3,19 @@
 - LimitedExecute: a time limit for the whole notebook on top of the per-cell one, and a
   named reason when the notebook cannot be graded (kernel died, total time exceeded).
 - StderrIsNotFailure: a warning printed to stderr in a test cell must not zero it.
+- RestoreDeletedCells: deleted test or given-code cells come back before grading.
 - HideHiddenTests / PlainErrors: feedback without hidden-test source or grader tracebacks.
 """
 
 import re
 import time
+from pathlib import Path
 
+import nbformat
 from nbclient.exceptions import DeadKernelError
-from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import Execute
-from traitlets import Integer
+from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
+from traitlets import Integer, Unicode
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
@@ -79,3 +82,39 @@ class PlainErrors(Preprocessor):
                 if output.output_type == "error":
                     output.traceback = [f"{output.ename}: {output.evalue}"]
         return nb, resources
+
+
+class RestoreDeletedCells(Preprocessor):
+    """Put back locked cells (tests, imports, given code) that a student deleted.
+
+    nbgrader's own OverwriteCells.add_missing_cells assumes the cell before a deleted one
+    is a grade or solution cell and crashes otherwise (nbgrader 0.9.6). Here each missing
+    cell of the release goes back after the nearest earlier cell the submission still has;
+    OverwriteCells, which runs next, then restores the source of tests, hidden ones included.
+    """
+
+    release_directory = Unicode("", help="Folder holding <assignment>/<notebook>.ipynb as released.").tag(
+        config=True
+    )
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        path = Path(self.release_directory) / info["assignment"] / f"{info['notebook']}.ipynb"
+        released = nbformat.read(path, as_version=4)
+        present = {_grade_id(c): i for i, c in enumerate(nb.cells) if _grade_id(c)}
+        insert_at = 0
+        for cell in released.cells:
+            gid = _grade_id(cell)
+            if gid in present:
+                insert_at = present[gid] + 1
+                continue
+            if not cell.metadata.get("nbgrader", {}).get("locked"):
+                continue
+            nb.cells.insert(insert_at, cell)
+            present = {_grade_id(c): i for i, c in enumerate(nb.cells) if _grade_id(c)}
+            insert_at += 1
+        return nb, resources
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")

@@ -64,7 +64,9 @@ def _no_nan_on_zeros(case: Case, out: Outputs) -> str | None:
     if y.shape != case.inputs["x"].shape:
         return None
     zeros = y[..., 0, :].float()
-    return None if torch.isfinite(zeros).all() and (zeros == 0).all() else "an all-zero vector must give zeros"
+    return (
+        None if torch.isfinite(zeros).all() and (zeros == 0).all() else "an all-zero vector must give zeros"
+    )
 
 
 def _matches_torch(case: Case, out: Outputs) -> str | None:
@@ -104,7 +106,10 @@ MODULE = Check(
         Property("zero vector gives zeros", _no_nan_on_zeros),
     ],
     error_hints=[
-        ErrorHint("has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."),
+        ErrorHint(
+            "has no attribute 'weight'",
+            "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,).",
+        ),
     ],
     hints=[
         "forward is given: it calls your _norm in float32, multiplies by weight and casts back.",

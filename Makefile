@@ -1,0 +1,45 @@
+# The course's commands. Each creates .venv with the pinned dependencies on first use.
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUBMISSIONS ?= submissions
+OUT ?= grading-output
+JOBS ?= 2
+
+.PHONY: setup test build check-build lab grade lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q
+
+build: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course build
+
+check-build: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course build --check
+
+# Rebuilt once per clone, then whenever a source notebook or a check changes.
+notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/checks/*.py)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course build
+	touch $@
+
+lab: notebooks/.built
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
+
+grade: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade $(SUBMISSIONS) --out $(OUT) --jobs $(JOBS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check autograder tests benchmarks
+	$(BIN)/ruff format --check autograder tests benchmarks
+
+clean:
+	rm -rf $(VENV) $(OUT)

@@ -1,0 +1,43 @@
+"""Synthetic submissions made from the release and the reference: the students of the tests."""
+
+import nbformat
+
+from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
+
+
+def grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def release(assignment: str) -> nbformat.NotebookNode:
+    """The untouched student notebook."""
+    return nbformat.read(NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def solution_sources(assignment: str) -> dict[str, str]:
+    notebook = nbformat.read(source_notebook(assignment), as_version=4)
+    return {grade_id(c): c.source for c in notebook.cells if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def perfect(assignment: str) -> nbformat.NotebookNode:
+    """The release with every answer cell filled in with the reference's answer."""
+    notebook = release(assignment)
+    answers = solution_sources(assignment)
+    for cell in notebook.cells:
+        if grade_id(cell) in answers:
+            cell.source = answers[grade_id(cell)]
+    return notebook
+
+
+def with_answer(notebook: nbformat.NotebookNode, answer_id: str, source: str) -> nbformat.NotebookNode:
+    for cell in notebook.cells:
+        if grade_id(cell) == answer_id:
+            cell.source = source
+            return notebook
+    raise KeyError(answer_id)
+
+
+def mutant(assignment: str, answer_id: str, target: str, impl) -> nbformat.NotebookNode:
+    """A perfect submission whose answer cell defines `target` as a known mistake instead."""
+    module_source = (SOLUTIONS / assignment / "mistakes.py").read_text()
+    return with_answer(perfect(assignment), answer_id, f"{module_source}\n{target} = {impl.__name__}\n")

@@ -1,0 +1,174 @@
+"""The checks themselves under test.
+
+For every check: the reference passes, the release stub and each catalogued mistake fail
+(the mistakes with their diagnosis), and correct answers written differently pass. Then a
+few targeted tests of the verdict messages.
+"""
+
+import copy
+from functools import cache
+
+import pytest
+import torch
+
+from autograder import CHECKS, CheckFailed, check, evaluate, reference
+from autograder.api import make_cases
+from autograder.core import run_stage
+
+from .alternatives import (
+    ALTERNATIVES,
+    RMSNormOneOverSqrt,
+    RoPEReal,
+    rotation_matrix_complex,
+    rotation_matrix_exp,
+)
+from .submissions import grade_id, release
+
+SEEDS = [1, 2, 3]
+HIDDEN_SEED = 7
+# None: the visible cases (from the snapshot); an int: the hidden cases drawn from that seed.
+VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+
+
+def verdict(name, obj, seed=None):
+    return evaluate(name, obj, hidden=seed is not None, seed=seed)
+
+
+def reference_of(name):
+    return reference.reference_object(name, CHECKS[name].target)
+
+
+@cache
+def release_namespace(assignment):
+    """What a student's notebook defines before answering: the imports and the stubbed answer cells."""
+    names = {"__name__": f"release_{assignment}"}
+    for cell in release(assignment).cells:
+        if reference.is_reference_cell(cell):
+            exec(compile(cell.source, f"{assignment}:{grade_id(cell)}", "exec"), names)
+    return names
+
+
+def _id(seed):
+    return "visible" if seed is None else f"seed{seed}"
+
+
+# -------------------------------------------------------------------- every check
+
+
+@pytest.mark.parametrize("seed", [None, *SEEDS], ids=_id)
+@pytest.mark.parametrize("name", CHECKS)
+def test_reference_passes(name, seed):
+    result = verdict(name, reference_of(name), seed)
+    assert result.passed, result.message
+    assert result.points == result.max_points > 0
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize("name", CHECKS)
+def test_release_stub_fails(name, seed):
+    stub = release_namespace(reference.assignment_of(name))[CHECKS[name].target]
+    result = verdict(name, stub, seed)
+    assert not result.passed
+    assert result.points == 0
+    assert "NotImplementedError" in result.message
+
+
+MISTAKES = [
+    pytest.param(name, m, id=f"{name}: {m.name}") for name in CHECKS for m in reference.mistakes(name)
+]
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize(("name", "mistake"), MISTAKES)
+def test_mistake_is_diagnosed(name, mistake, seed):
+    result = verdict(name, mistake.impl, seed)
+    assert not result.passed
+    assert f"Looks like: {mistake.name}" in result.message, result.message
+
+
+ALTERNATIVE_ANSWERS = [
+    pytest.param(name, impl, id=f"{name}: {impl.__name__}")
+    for name, impls in ALTERNATIVES.items()
+    for impl in impls
+]
+
+
+@pytest.mark.parametrize("seed", [None, *SEEDS], ids=_id)
+@pytest.mark.parametrize(("name", "answer"), ALTERNATIVE_ANSWERS)
+def test_correct_alternative_passes(name, answer, seed):
+    result = verdict(name, answer, seed)
+    assert result.passed, result.message
+
+
+def test_every_check_has_mistakes_and_alternatives():
+    assert all(reference.mistakes(name) for name in CHECKS)
+    assert set(ALTERNATIVES) == set(CHECKS)
+
+
+@pytest.mark.parametrize(("answer", "seed"), [(rotation_matrix_exp, 35), (rotation_matrix_complex, 26)])
+def test_rotation_table_tolerates_float32_angle_rounding(answer, seed):
+    result = verdict("04.rotation_matrix", answer, seed)
+    assert result.passed, result.message
+
+
+# ------------------------------------------------------------------ the messages
+
+
+def test_wrong_shape_is_named_before_dtype_and_values():
+    table = reference_of("04.rotation_matrix")
+    result = verdict("04.rotation_matrix", lambda *args: table(*args).T.to(torch.complex128))
+    first = result.message.splitlines()[0]
+    assert first.endswith("'rotation_matrix' has shape (4, 16), expected (16, 4)"), first
+
+
+class NoEpsDoubled(RMSNormOneOverSqrt):
+    """NaN on the all-zero rows and twice the right values elsewhere."""
+
+    def _norm(self, x):
+        return 2 * x / x.pow(2).mean(dim=-1, keepdim=True).sqrt()
+
+
+def test_non_finite_output_is_named_before_values():
+    message = verdict("07.rmsnorm_norm", NoEpsDoubled).message
+    assert "'normed' contains nan at index (0, 0, 0), expected finite values" in message.splitlines()[0]
+    assert "differs" not in message
+
+
+class RoPEWholeTable(RoPEReal):
+    """Multiplies by all C rows of the table instead of the first T."""
+
+    def _rotate(self, x):
+        z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+        return torch.view_as_real(z * self.rotation_matrix).flatten(-2).type_as(x)
+
+
+def test_student_error_is_reported_with_its_type_and_hint():
+    message = verdict("04.rope_forward", RoPEWholeTable).message
+    error = "RuntimeError: The size of tensor a (5) must match the size of tensor b (12)"
+    assert f"your code raised {error}" in message
+    assert "Looks like: the rotation table has context_size rows" in message
+
+
+def test_check_failed_renders_only_the_verdict():
+    with pytest.raises(CheckFailed) as failure:
+        check("07.rmsnorm", NoEpsDoubled)
+    assert failure.value._render_traceback_() == [f"CheckFailed: {failure.value.verdict}"]
+    assert str(failure.value.verdict).startswith("[07.rmsnorm] FAILED (0/1): case ")
+
+
+class RoPEInPlace(RoPEReal):
+    """Right outputs, written into the caller's query and key tensors."""
+
+    def forward(self, queries, keys):
+        q, k = super().forward(queries, keys)
+        return queries.copy_(q), keys.copy_(k)
+
+
+def test_editing_inputs_in_place_changes_no_case():
+    cases = make_cases("04.rope_forward", hidden=True, seed=1)
+    originals = copy.deepcopy(cases)
+    run_stage(CHECKS["04.rope_forward"], RoPEInPlace, cases)
+    for case, original in zip(cases, originals, strict=True):
+        assert all(torch.equal(case.inputs[k], v) for k, v in original.inputs.items()), case.name
+    assert verdict("04.rope_forward", RoPEInPlace).passed
+    assert verdict("04.rope_forward", RoPEInPlace, seed=1).passed

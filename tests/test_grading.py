@@ -1,0 +1,192 @@
+"""End to end: build's release -> synthetic class -> `course grade` -> grades.csv and feedback pages."""
+
+import csv
+import hashlib
+import html
+import re
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder.checks import CHECKS
+from autograder.cli import main
+from autograder.grading import find_submissions
+from autograder.reference import mistakes
+
+from .submissions import mutant, perfect, release, solution_sources, with_answer
+
+CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
+FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
+ANSWER = {name: check.answer_cell for name, check in CHECKS.items()}
+
+
+def _mutants():
+    """(student, assignment, notebook, expected score, mistake name) for every catalogued mistake."""
+    seen = set()
+    for name, check in CHECKS.items():
+        assignment = "04_rope" if name.startswith("04") else "07_rmsnorm"
+        for mistake in mistakes(name):
+            if mistake.impl in seen:
+                continue
+            seen.add(mistake.impl)
+            lost = sum(
+                c.points + c.hidden_points
+                for n, c in CHECKS.items()
+                if any(m.impl is mistake.impl for m in mistakes(n))
+            )
+            student = f"mutant-{mistake.impl.__name__.strip('_').lower().replace('_', '-')}"
+            notebook = mutant(assignment, ANSWER[name], check.target, mistake.impl)
+            yield student, assignment, notebook, FULL[assignment] - lost, mistake.name
+
+
+def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]:
+    """Write the synthetic class; return (student, notebook) -> (score, status, reason fragment)."""
+    expected = {}
+
+    def add(student, assignment, notebook, score, status="graded", reason=""):
+        path = folder / student / f"{assignment}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(notebook, str):
+            path.write_text(notebook)
+        else:
+            nbformat.write(notebook, path)
+        expected[(student, assignment)] = (score, status, reason)
+
+    for assignment, full in FULL.items():
+        add("perfect", assignment, perfect(assignment), full)
+        add("untouched", assignment, release(assignment), 0.0)
+    for student, assignment, notebook, score, _ in _mutants():
+        add(student, assignment, notebook, score)
+    add("broken-json", "04_rope", '{"cells": [', None, "failed", "not a readable notebook")
+    looping = with_answer(perfect("04_rope"), "half_split_permutation", "while True:\n    pass\n")
+    add("infinite-loop", "04_rope", looping, 6.0)
+    deleted = perfect("04_rope")
+    deleted.cells = [
+        c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "rope_forward_test"
+    ]
+    add("deleted-test-cell", "04_rope", deleted, 9.0)
+    warning = "import warnings\n" + solution_sources("07_rmsnorm")["rmsnorm"].replace(
+        "        ### BEGIN SOLUTION",
+        '        warnings.warn("a warning on stderr")\n        ### BEGIN SOLUTION',
+    )
+    add("warns-on-stderr", "07_rmsnorm", with_answer(perfect("07_rmsnorm"), "rmsnorm", warning), 6.0)
+    killer = "import os\nos._exit(1)\n"
+    add(
+        "kills-kernel",
+        "07_rmsnorm",
+        with_answer(perfect("07_rmsnorm"), "rmsnorm", killer),
+        None,
+        "failed",
+        "kernel died",
+    )
+    slow = perfect("07_rmsnorm")
+    slow.cells += [new_code_cell("import time\ntime.sleep(9)") for _ in range(5)]
+    add("too-slow", "07_rmsnorm", slow, None, "failed", "total time limit")
+    return expected
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    submissions = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("out")
+    expected = _class(submissions)
+    before = _digest(submissions)
+    assert (
+        main(
+            [
+                "grade",
+                str(submissions),
+                "--out",
+                str(out),
+                "--jobs",
+                "2",
+                "--cell-timeout",
+                str(CELL_TIMEOUT),
+                "--notebook-timeout",
+                str(NOTEBOOK_TIMEOUT),
+            ]
+        )
+        == 0
+    )
+    with (out / "grades.csv").open() as f:
+        rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
+    return expected, rows, out, before, submissions
+
+
+def test_every_score_and_status(graded):
+    expected, rows, *_ = graded
+    assert set(rows) == set(expected)
+    for key, (score, status, reason) in expected.items():
+        row = rows[key]
+        assert row["status"] == status, (key, row)
+        assert row["score"] == ("" if score is None else f"{score:g}"), (key, row)
+        assert reason in row["reason"], (key, row)
+        if status != "failed":
+            assert row["max_score"] == f"{FULL[key[1]]:g}"
+
+
+def test_each_mistake_is_named_in_the_feedback(graded):
+    _, _, out, *_ = graded
+    for student, assignment, _, _, name in _mutants():
+        page = (out / "feedback" / student / f"{assignment}.html").read_text()
+        assert "Looks like: " + name in html.unescape(page), (student, name)
+
+
+def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
+    _, _, out, *_ = graded
+    reference_lines = {
+        "torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)",
+        "torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)])",
+    }
+    pages = list((out / "feedback").rglob("*.html"))
+    assert len(pages) == len(list((out / "work" / "results").rglob("*.json")))
+    for page in pages:
+        visible = re.sub(r"<(style|script)[^>]*>.*?</\1>", "", page.read_text(), flags=re.DOTALL)
+        text = html.unescape(re.sub(r"<[^>]+>", "", visible))
+        assert "hidden=True" not in text and "BEGIN HIDDEN TESTS" not in text, page
+        assert "Traceback" not in text and "autograder/" not in text, page
+        if page.parent.name != "perfect":
+            assert not any(line in text for line in reference_lines), page
+
+
+def test_originals_untouched_and_rerun_identical(graded):
+    expected, rows, out, before, submissions = graded
+    assert _digest(submissions) == before
+    csv_before = (out / "grades.csv").read_text()
+    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
+    assert (out / "grades.csv").read_text() == csv_before
+
+
+def test_submission_layouts(tmp_path):
+    """Nested folders, flat <student>_<notebook> names and zips of either are recognised."""
+    nested, flat = tmp_path / "nested", tmp_path / "flat"
+    (nested / "ann").mkdir(parents=True)
+    flat.mkdir()
+    nbformat.write(release("07_rmsnorm"), nested / "ann" / "07_rmsnorm.ipynb")
+    nbformat.write(release("04_rope"), flat / "bo_b_04_rope.ipynb")
+    nbformat.write(release("04_rope"), flat / "carl_homework.ipynb")
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(nested / "ann" / "07_rmsnorm.ipynb", "export/ann/07_rmsnorm.ipynb")
+    for source, want in (
+        (nested, {("ann", "07_rmsnorm")}),
+        (flat, {("bo_b", "04_rope")}),
+        (archive, {("ann", "07_rmsnorm")}),
+    ):
+        found, rejected = find_submissions(source, tmp_path / f"work-{source.name}")
+        assert {(s.student, s.notebook) for s in found} == want
+        if source is flat:
+            assert [r.reason for r in rejected] == [
+                "cannot tell the student and notebook from this file name"
+            ]

@@ -1,0 +1,65 @@
+"""The solution notebooks run, the derived files are current, and the release hides the answers."""
+
+import re
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import build, stale_files
+from autograder.checks import CHECKS
+from autograder.paths import NOTEBOOKS, assignments, source_notebook
+from autograder.reference import is_reference_cell
+
+from .submissions import grade_id, release, solution_sources
+
+SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.DOTALL)
+
+
+def test_build_is_current_and_solution_notebooks_execute():
+    """`course build` executes every solution notebook; what it derives must be committed as is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        build(Path(tmp))
+        assert stale_files(Path(tmp)) == []
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_source_notebooks_are_stored_clean(assignment):
+    notebook = nbformat.read(source_notebook(assignment), as_version=4)
+    assert "widgets" not in notebook.metadata
+    for cell in notebook.cells:
+        assert not cell.get("outputs") and not cell.get("execution_count"), grade_id(cell)
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_release_contains_no_answers_hidden_tests_outputs_or_instructor_files(assignment):
+    notebook = release(assignment)
+    text = (NOTEBOOKS / assignment / f"{assignment}.ipynb").read_text()
+    for source in solution_sources(assignment).values():
+        for answer in SOLUTION_REGION.findall(source):
+            for line in filter(None, (line.strip() for line in answer.splitlines())):
+                assert line not in text, f"answer line leaked into the release: {line}"
+    assert "BEGIN HIDDEN TESTS" not in text and "hidden=True" not in text
+    assert "widgets" not in notebook.metadata
+    for cell in notebook.cells:
+        assert not cell.get("outputs"), grade_id(cell)
+    assert sorted(p.name for p in (NOTEBOOKS / assignment).iterdir()) == [f"{assignment}.ipynb"]
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_every_check_has_its_cells_with_matching_points(assignment):
+    """Each check of a notebook has an answer cell, a visible and a hidden test cell, a study cell."""
+    number = assignment[:2]
+    cells = {grade_id(c): c for c in nbformat.read(source_notebook(assignment), as_version=4).cells}
+    checks = [c for name, c in CHECKS.items() if name.startswith(number + ".")]
+    assert checks
+    for check in checks:
+        question = check.name.split(".", 1)[1]
+        assert is_reference_cell(cells[check.answer_cell])
+        visible, hidden = cells[f"{question}_test"], cells[f"{question}_hidden"]
+        assert visible.source == f'check("{check.name}", {check.target})'
+        assert f'check("{check.name}", {check.target}, hidden=True)' in hidden.source
+        assert visible.metadata.nbgrader["points"] == check.points
+        assert hidden.metadata.nbgrader["points"] == check.hidden_points
+        assert cells[f"{question}_study"].source == f'study("{check.name}")'
