@@ -156,7 +156,7 @@ def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
         text = html.unescape(re.sub(r"<[^>]+>", "", visible))
         assert "hidden=True" not in text and "BEGIN HIDDEN TESTS" not in text, page
         assert "Traceback" not in text and "autograder/" not in text, page
-        if page.parent.name != "perfect":
+        if page.parent.name == "untouched":  # the others hold reference answers of their own
             assert not any(line in text for line in reference_lines), page
 
 
