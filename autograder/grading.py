@@ -7,6 +7,7 @@ Layout of OUT:
     work/inbox/                      copies of the submissions (the originals are only read)
     work/runs/<student>/<nb>/        one nbgrader course per submission, so submissions run in parallel
     work/results/<student>/<nb>.json the outcome of each submission; present = done (resume, idempotence)
+    work/results/<student>/<nb>.log  the grader's traceback, where grading itself failed
     work/hidden_seed                 the batch's seed for hidden cases (same grades on a re-run)
 
 Each submission is graded in its own process and its own copy of the gradebook, so one
@@ -20,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import traceback
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -204,8 +206,10 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> R
         return Result(**json.loads(result_file.read_text()))
     try:
         result = _autograde(submission, out, limits, seed)
-    except Exception as error:  # the batch goes on; the reason goes to the CSV
+    except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to a log
         result = _failed(submission, f"the grader could not process this notebook ({type(error).__name__})")
+        result_file.parent.mkdir(parents=True, exist_ok=True)
+        result_file.with_suffix(".log").write_text(traceback.format_exc())
     _write_failure_page(out, submission, result)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
