@@ -39,16 +39,19 @@ def module_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def run_norm(rmsnorm_class, case: Case) -> Outputs:
     x = case.inputs["x"]
-    module = rmsnorm_class(x.shape[-1], eps=case.inputs["eps"])
+    module = _with_weight(rmsnorm_class, case)  # a _norm that applies the weight too shows up here
     return {"normed": module._norm(x), "normed_10x": module._norm(10 * x)}
 
 
 def run_module(rmsnorm_class, case: Case) -> Outputs:
-    x = case.inputs["x"]
-    module = rmsnorm_class(x.shape[-1], eps=case.inputs["eps"])
+    return {"y": _with_weight(rmsnorm_class, case)(case.inputs["x"])}
+
+
+def _with_weight(rmsnorm_class, case: Case):
+    module = rmsnorm_class(case.inputs["x"].shape[-1], eps=case.inputs["eps"])
     with torch.no_grad():
         module.weight.copy_(case.inputs["weight"])
-    return {"y": module(x)}
+    return module
 
 
 def _scale_invariant(case: Case, out: Outputs) -> str | None:
@@ -83,6 +86,12 @@ NORM = Check(
     name="07.rmsnorm_norm",
     target="RMSNorm",
     answer="rmsnorm",
+    error_hints=[
+        ErrorHint(
+            "has no attribute 'weight'",
+            "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,).",
+        ),
+    ],
     cases=norm_cases,
     run=run_norm,
     properties=[
@@ -93,6 +102,7 @@ NORM = Check(
         "Normalise along the last dimension only: each hidden vector by its own root mean square.",
         "rms(x) = sqrt(mean(x ** 2) + eps): the mean of the squares, with eps inside the root.",
         "torch.rsqrt(v) is 1 / sqrt(v); keep the mean's dimension (keepdim=True) so it broadcasts over D.",
+        "_norm does not touch self.weight: forward multiplies by it.",
     ],
 )
 

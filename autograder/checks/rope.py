@@ -56,8 +56,8 @@ ROTATION_MATRIX = Check(
     # Angles reach ~300 rad in the hidden cases, where float32 rounds them by ~3e-5.
     extra_tolerance={torch.complex64: (1e-5, 1e-4)},
     hints=[
-        "Build it in three steps: a frequency per pair k, a position per token p, and their outer product "
-        "theta[p, k] = p * freq[k].",
+        "Build it in four steps: a frequency per pair k, a position per token p, their outer product "
+        "theta[p, k] = p * freq[k], then e^(i theta).",
         "freq[k] = 1 / period ** (2k / dim) for k = 0 .. dim/2 - 1: "
         "`torch.arange(0, dim, 2)` gives 2k directly.",
         "torch.polar(abs, angle) builds abs * e^(i angle); the modulus is all ones.",
@@ -182,8 +182,8 @@ ROPE = Check(
     hints=[
         "Pair features (0, 1), (2, 3), ...: reshape the last dimension to (Dh // 2, 2) and view each pair "
         "as one complex number.",
-        "Multiplying a complex number by e^(i theta) rotates it by theta. rotation_matrix[:T] has shape "
-        "(T, Dh // 2) and broadcasts over B and H.",
+        "Multiplying a complex number by e^(i theta) rotates it by theta. Use the table given to __init__: "
+        "self.rotation_matrix[:T] has shape (T, Dh // 2) and broadcasts over B and H.",
         "view_as_complex wants float32: work on x.float(), then view_as_real, flatten the last two "
         "dimensions and return .type_as(x).",
     ],
@@ -209,9 +209,9 @@ HALF_SPLIT = Check(
     exact_dtype=False,
     hints=[
         "In the half-split form, feature i is paired with feature i + dim/2, "
-        "and pair i turns at frequency i.",
+        "and pair i turns at frequency w_i.",
         "So the interleaved pair k = (2k, 2k + 1) must land on positions (k, k + dim/2).",
-        "Even features first, then odd ones.",
+        "perm gathers: x[..., perm] puts the even features first, then the odd ones.",
     ],
 )
 

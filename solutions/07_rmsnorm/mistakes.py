@@ -45,6 +45,11 @@ class WrongAxis(_RMSNorm):
         return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + self.eps)
 
 
+class WeightInNorm(_RMSNorm):
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 class _Correct(_RMSNorm):
     def _norm(self, x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -67,6 +72,8 @@ NORM_MISTAKES = [
     Mistake("sum of squares instead of their mean", "divide the sum by D, i.e. use .mean(dim=-1).", SumOfSquares),
     Mistake("eps left out", "add eps inside the root; without it a zero vector gives NaN.", NoEps),
     Mistake("normalised over the wrong dimension", "reduce over the last dimension: dim=-1.", WrongAxis),
+    Mistake("the weight is applied inside _norm (so forward applies it twice)",
+            "_norm only normalises; forward multiplies by self.weight.", WeightInNorm),
 ]
 
 MISTAKES = {
