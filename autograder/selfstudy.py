@@ -12,6 +12,8 @@ from .api import _get
 from .paths import source_notebook
 from .reference import assignment_of
 
+SOLUTION_MARKERS = {"### BEGIN SOLUTION", "### END SOLUTION"}
+
 
 def solution_source(check_name: str) -> str | None:
     """The reference answer cell of a check, or None where solutions/ is not available."""
@@ -24,7 +26,8 @@ def solution_source(check_name: str) -> str | None:
         return None
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == check.answer_cell:
-            return cell.source
+            lines = cell.source.splitlines()
+            return "\n".join(line for line in lines if line.strip() not in SOLUTION_MARKERS)
     return None
 
 
