@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-test: $(STAMP)
+test: lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q
 
 build: $(STAMP)

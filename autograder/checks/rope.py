@@ -138,6 +138,21 @@ def _position0_identity(case: Case, out: Outputs) -> str | None:
     )
 
 
+def _rotation_2x2(case: Case, out: Outputs) -> str | None:
+    """Seed 003's real form: (a, b) -> (a cos - b sin, a sin + b cos), angles from the table."""
+    x, got = case.inputs["q"], out["queries"]
+    if got.shape != x.shape or x.dtype == torch.bfloat16:
+        return None
+    angles = case.inputs["rotation_matrix"][: x.shape[-2]].angle()  # (T, Dh/2)
+    cos, sin = angles.cos(), angles.sin()
+    a, b = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh/2) each
+    want = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (B, H, T, Dh)
+    gap = (got - want).abs().max().item()
+    return (
+        None if gap < 1e-4 else f"the 2x2 rotation of each (x[2k], x[2k+1]) pair differs by up to {gap:.3g}"
+    )
+
+
 def _relative_scores(case: Case, out: Outputs) -> str | None:
     if not case.name.startswith("one q and one k"):
         return None
@@ -162,6 +177,7 @@ ROPE = Check(
         Property("keeps the norm of every pair", _keeps_norms),
         Property("position 0 is the identity", _position0_identity),
         Property("q.k depends only on n - m", _relative_scores),
+        Property("equals the real 2x2 rotation of each pair", _rotation_2x2),
     ],
     error_hints=[
         ErrorHint(
