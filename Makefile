@@ -10,7 +10,11 @@ JOBS ?= 2
 
 setup: $(STAMP)
 
+# Chromium (for the browser test) comes from Debian's packages when run as root; elsewhere
+# install it yourself, or that one test is skipped and says why.
 $(STAMP): pyproject.toml requirements.lock
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.lock

@@ -115,10 +115,12 @@ def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = No
     return Verdict(verdict.check, verdict.passed, verdict.message, points)
 
 
-def check(name: str, obj: Any, *, hidden: bool = False) -> Verdict:
-    """The notebook's test cells call this: prints the verdict, or raises CheckFailed."""
+def check(name: str, obj: Any, *, hidden: bool = False) -> None:
+    """The notebook's test cells call this: prints the verdict, or raises CheckFailed.
+
+    Returns nothing: a value would be the cell's result, which nbgrader reads as partial credit.
+    """
     verdict = evaluate(name, obj, hidden=hidden)
     if not verdict.passed:
         raise CheckFailed(verdict)
     print(verdict)
-    return verdict

@@ -31,7 +31,12 @@ def solution_source(check_name: str) -> str | None:
     return None
 
 
-def study(check_name: str) -> widgets.VBox:
+def study(check_name: str) -> None:
+    """Show the self-study control of a check under its question."""
+    display(study_widget(check_name))
+
+
+def study_widget(check_name: str) -> widgets.VBox:
     """A 'Hint' button revealing one hint per click, then a 'Show solution' button."""
     hints = list(_get(check_name).hints)
     shown = widgets.Output()
@@ -60,6 +65,4 @@ def study(check_name: str) -> widgets.VBox:
 
     hint_button.on_click(next_hint)
     solution_button.on_click(reveal)
-    box = widgets.VBox([widgets.HBox([hint_button, solution_button]), shown])
-    display(box)
-    return box
+    return widgets.VBox([widgets.HBox([hint_button, solution_button]), shown])

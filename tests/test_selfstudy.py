@@ -15,7 +15,7 @@ def _buttons(box):
 def test_hints_then_solution(name, capsys):
     hints = CHECKS[name].hints
     assert hints, f"{name} has no hints"
-    hint, solution = _buttons(selfstudy.study(name))
+    hint, solution = _buttons(selfstudy.study_widget(name))
     assert solution.disabled
     for _ in hints:
         hint.click()
@@ -29,7 +29,7 @@ def test_hints_then_solution(name, capsys):
 
 def test_without_solutions_the_widget_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(selfstudy, "source_notebook", lambda assignment: tmp_path / "absent.ipynb")
-    hint, solution = _buttons(selfstudy.study("07.rmsnorm"))
+    hint, solution = _buttons(selfstudy.study_widget("07.rmsnorm"))
     for _ in CHECKS["07.rmsnorm"].hints:
         hint.click()
     solution.click()
