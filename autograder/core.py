@@ -193,19 +193,35 @@ def judge(
         if problem is None:
             continue
         lines = [f"case {case.name}: {problem}"]
-        if isinstance(result, dict):
-            lines += [
-                f"  Property '{prop.name}' fails too: {failure}"
-                for prop in check.properties
-                if (failure := prop.test(case, result))
-            ]
+        lines += [
+            f"  Property '{name}' fails too: {failure}"
+            for name, failure in _property_failures(check, case, result)
+        ]
         diagnosis = _diagnose(check, result, expect, mistakes)
         if diagnosis:
             lines.append(f"  Looks like: {diagnosis}")
         return Verdict(check.name, False, "\n".join(lines))
+    for case, result in zip(cases, results, strict=True):
+        for name, failure in _property_failures(check, case, result):
+            return Verdict(check.name, False, f"case {case.name}: property '{name}' fails: {failure}")
     names = ", ".join(p.name for p in check.properties)
     extra = f"; properties hold: {names}" if names else ""
     return Verdict(check.name, True, f"{len(cases)} cases match the reference{extra}")
+
+
+def _property_failures(check: Check, case: Case, result: RunResult) -> list[tuple[str, str]]:
+    """The check's properties that the result breaks (none can be judged on an error)."""
+    if not isinstance(result, dict):
+        return []
+    failures = []
+    for prop in check.properties:
+        try:
+            failure = prop.test(case, result)
+        except Exception:  # outputs too malformed to judge this property; the values say why
+            continue
+        if failure:
+            failures.append((prop.name, failure))
+    return failures
 
 
 def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
