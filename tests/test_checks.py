@@ -100,6 +100,19 @@ def test_correct_alternative_passes(name, answer, seed):
     assert result.passed, result.message
 
 
+@pytest.mark.parametrize("name", CHECKS)
+def test_correct_answers_never_fail_by_chance(name):
+    """Hidden cases are random: a correct answer must pass all of them, not most (100 seeds)."""
+    answers = [reference_of(name), *ALTERNATIVES[name]]
+    failures = [
+        (getattr(answer, "__name__", answer), seed, result.message)
+        for answer in answers
+        for seed in range(100, 200)
+        if not (result := verdict(name, answer, seed)).passed
+    ]
+    assert not failures, failures[:3]
+
+
 def test_every_check_has_mistakes_and_alternatives():
     assert all(reference.mistakes(name) for name in CHECKS)
     assert set(ALTERNATIVES) == set(CHECKS)
