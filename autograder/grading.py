@@ -6,7 +6,8 @@ Layout of OUT:
     work/template/                   nbgrader course generated once per batch (gradebook + release)
     work/inbox/                      copies of the submissions (the originals are only read)
     work/runs/<student>/<nb>/        one nbgrader course per submission, so submissions run in parallel
-    work/results/<student>/<nb>.json the outcome of each submission; present = done (resume, idempotence)
+    work/results/<student>/<nb>.json the outcome of each submission and the hash of the file graded:
+                                     present and same hash = done (resume, idempotence)
     work/results/<student>/<nb>.log  the grader's traceback, where grading itself failed
     work/hidden_seed                 the batch's seed for hidden cases (same grades on a re-run)
 
@@ -15,6 +16,7 @@ broken notebook never stops the batch and a batch killed midway resumes where it
 """
 
 import csv
+import hashlib
 import html
 import json
 import os
@@ -141,7 +143,12 @@ def _safe_extract(archive: Path, target: Path) -> None:
 def prepare_template(work: Path) -> Path:
     """nbgrader's gradebook with every assignment, generated once; copied for each submission."""
     template = work / "template"
+    fingerprint = _solutions_fingerprint()
     if (template / "gradebook.db").exists():
+        if (template / "solutions_sha256").read_text() != fingerprint:
+            raise SystemExit(
+                f"solutions/ changed since {work.parent} was first graded; grade into a new output folder"
+            )
         return template
     staging = work / "template.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -152,8 +159,17 @@ def prepare_template(work: Path) -> Path:
         result = nbgrader.generate_assignment(assignment, force=True, create=True)
         if not result["success"]:
             raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
+    (staging / "solutions_sha256").write_text(fingerprint)
     staging.rename(template)
     return template
+
+
+def _solutions_fingerprint() -> str:
+    """One hash over every file of solutions/: the tests and references a batch is graded with."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in SOLUTIONS.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(SOLUTIONS)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _grading_config(run: Path, template: Path, limits: Limits):
@@ -202,8 +218,11 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> R
     """Autograde one notebook in its own nbgrader course; never raises for a bad submission."""
     work = out / "work"
     result_file = work / "results" / submission.student / f"{submission.notebook}.json"
+    digest = hashlib.sha256(submission.path.read_bytes()).hexdigest()
     if result_file.exists():
-        return Result(**json.loads(result_file.read_text()))
+        saved = json.loads(result_file.read_text())
+        if saved.pop("submission_sha256", None) == digest:  # a changed submission is graded again
+            return Result(**saved)
     try:
         result = _autograde(submission, out, limits, seed)
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to a log
@@ -213,7 +232,7 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> R
     _write_failure_page(out, submission, result)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(result)))
+    partial.write_text(json.dumps({**asdict(result), "submission_sha256": digest}))
     partial.rename(result_file)  # atomic: a killed batch never leaves half a result
     return result
 

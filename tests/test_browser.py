@@ -3,6 +3,7 @@
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,16 +17,28 @@ import pytest
 from .submissions import perfect
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)"
 )
+SESSION_LIMIT = 300  # seconds for the whole browser session
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End a process started in its own session, and everything it started."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @pytest.fixture
@@ -45,7 +58,14 @@ def lab(tmp_path):
         "--allow-root",
     ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -59,36 +79,22 @@ def lab(tmp_path):
                 time.sleep(0.5)
         yield f"{base}/lab/tree/07_rmsnorm.ipynb?token={token}"
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        _stop(server)
 
 
 def test_notebook_runs_and_hint_widget_reveals_hints_then_solution(lab, tmp_path):
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-            ],
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(lab)
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            hint = page.locator("button", has_text="Hint (").first
-            hint.wait_for(timeout=120_000)
-            assert page.get_by_text("[07.rmsnorm_norm] passed").first.is_visible()
-            for _ in range(4):
-                hint.click()
-            page.get_by_text("Hint 4:").first.wait_for(timeout=10_000)
-            page.locator("button", has_text="Show solution").first.click()
-            page.get_by_text("Reference solution:").first.wait_for(timeout=10_000)
-        finally:
-            page.screenshot(path=str(tmp_path / "lab.png"), full_page=False)
-            browser.close()
+    script = Path(__file__).with_name("browser_session.py")
+    session = subprocess.Popen(
+        [sys.executable, str(script), lab, str(tmp_path / "lab.png")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = session.communicate(timeout=SESSION_LIMIT)
+    except subprocess.TimeoutExpired:
+        _stop(session)
+        pytest.fail(f"the browser session ran past {SESSION_LIMIT} s (screenshot: {tmp_path / 'lab.png'})")
+    assert session.returncode == 0, output[-3000:]

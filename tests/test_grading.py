@@ -190,3 +190,20 @@ def test_submission_layouts(tmp_path):
             assert [r.reason for r in rejected] == [
                 "cannot tell the student and notebook from this file name"
             ]
+
+
+def test_resume_regrades_only_what_is_missing_or_changed(graded):
+    _, rows, out, _, submissions = graded
+    results = out / "work" / "results"
+    kept = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    lost = results / "untouched" / "07_rmsnorm.json"  # as if the batch was killed before it
+    changed = submissions / "untouched" / "04_rope.ipynb"
+    nbformat.write(perfect("04_rope"), changed)  # a late resubmission
+    lost.unlink()
+    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
+    redone = {lost, results / "untouched" / "04_rope.json"}
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items() if p not in redone)
+    with (out / "grades.csv").open() as f:
+        now = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
+    assert now[("untouched", "04_rope")]["score"] == "9"
+    assert now[("untouched", "07_rmsnorm")] == rows[("untouched", "07_rmsnorm")]
