@@ -90,16 +90,15 @@ def _matches_torch(case: Case, out: Outputs) -> str | None:
     return None if gap <= limit else f"torch.nn.functional.rms_norm differs by up to {gap:.3g}"
 
 
+NO_WEIGHT = ErrorHint(
+    "has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."
+)
+
 NORM = Check(
     name="07.rmsnorm_norm",
     target="RMSNorm",
     answer="rmsnorm",
-    error_hints=[
-        ErrorHint(
-            "has no attribute 'weight'",
-            "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,).",
-        ),
-    ],
+    error_hints=[NO_WEIGHT],
     cases=norm_cases,
     run=run_norm,
     properties=[
@@ -123,12 +122,7 @@ MODULE = Check(
         Property("matches torch.nn.functional.rms_norm", _matches_torch),
         Property("zero vector gives zeros", _no_nan_on_zeros),
     ],
-    error_hints=[
-        ErrorHint(
-            "has no attribute 'weight'",
-            "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,).",
-        ),
-    ],
+    error_hints=[NO_WEIGHT],
     hints=[
         "forward is given: it calls your _norm in float32, multiplies by weight and casts back.",
         "If this fails while 07.rmsnorm_norm passes, look at what you changed in forward or __init__.",
