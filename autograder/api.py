@@ -26,7 +26,8 @@ from .paths import EXPECTED
 VISIBLE_SEED = 0
 
 
-def _get(name: str):
+def get_check(name: str):
+    """The check of that name, or a KeyError listing the known ones."""
     try:
         return CHECKS[name]
     except KeyError:
@@ -42,11 +43,11 @@ def hidden_seed(name: str) -> int:
 
 def make_cases(name: str, *, hidden: bool, seed: int) -> list[Case]:
     generator = torch.Generator().manual_seed(seed)
-    return _get(name).cases(generator, hidden)
+    return get_check(name).cases(generator, hidden)
 
 
 def live_expectations(name: str, cases: list[Case]) -> tuple[list[Expectation], list[Mistake]]:
-    check = _get(name)
+    check = get_check(name)
     ref = reference.reference_object(name, check.target)
     known = reference.mistakes(name)
     return expectations(check, ref, known, cases), known
@@ -103,7 +104,7 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
 
 def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = None) -> Verdict:
     """All three stages in this process; returns the verdict (never raises for a wrong answer)."""
-    check = _get(name)
+    check = get_check(name)
     if hidden:
         cases = make_cases(name, hidden=True, seed=hidden_seed(name) if seed is None else seed)
         expected, known = live_expectations(name, cases)

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 import nbformat
 from IPython.display import display
 
-from .api import _get
+from .api import get_check
 from .paths import source_notebook
 from .reference import assignment_of
 
@@ -17,7 +17,7 @@ SOLUTION_MARKERS = {"### BEGIN SOLUTION", "### END SOLUTION"}
 
 def solution_source(check_name: str) -> str | None:
     """The reference answer cell of a check, or None where solutions/ is not available."""
-    check = _get(check_name)
+    check = get_check(check_name)
     try:
         path = source_notebook(assignment_of(check_name))
     except (LookupError, FileNotFoundError):
@@ -38,7 +38,7 @@ def study(check_name: str) -> None:
 
 def study_widget(check_name: str) -> widgets.VBox:
     """A 'Hint' button revealing one hint per click, then a 'Show solution' button."""
-    hints = list(_get(check_name).hints)
+    hints = list(get_check(check_name).hints)
     shown = widgets.Output()
     hint_button = widgets.Button(description=f"Hint (0/{len(hints)})", icon="lightbulb-o")
     solution_button = widgets.Button(description="Show solution", icon="eye", disabled=bool(hints))
