@@ -46,10 +46,13 @@ def make_cases(name: str, *, hidden: bool, seed: int) -> list[Case]:
     return get_check(name).cases(generator, hidden)
 
 
-def live_expectations(name: str, cases: list[Case]) -> tuple[list[Expectation], list[Mistake]]:
+def live_expectations(
+    name: str, cases: list[Case], *, with_mistakes: bool = True
+) -> tuple[list[Expectation], list[Mistake]]:
+    """The reference's outputs on the cases, and (only if asked) each known mistake's."""
     check = get_check(name)
     ref = reference.reference_object(name, check.target)
-    known = reference.mistakes(name)
+    known = reference.mistakes(name) if with_mistakes else []
     return expectations(check, ref, known, cases), known
 
 
@@ -107,11 +110,17 @@ def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = No
     check = get_check(name)
     if hidden:
         cases = make_cases(name, hidden=True, seed=hidden_seed(name) if seed is None else seed)
-        expected, known = live_expectations(name, cases)
+        results = run_stage(check, obj, cases)
+        # The known mistakes only serve a diagnosis: run them once a result is wrong.
+        expected, known = live_expectations(name, cases, with_mistakes=False)
+        verdict = judge(check, cases, results, expected, known)
+        if not verdict.passed:
+            expected, known = live_expectations(name, cases)
+            verdict = judge(check, cases, results, expected, known)
     else:
         cases, expected, known = load_snapshot(name)
-    results = run_stage(check, obj, cases)
-    verdict = judge(check, cases, results, expected, known)
+        results = run_stage(check, obj, cases)
+        verdict = judge(check, cases, results, expected, known)
     points = check.hidden_points if hidden else check.points
     return Verdict(verdict.check, verdict.passed, verdict.message, points)
 
