@@ -54,17 +54,23 @@ def nbgrader_config(root: Path, source: Path, db: Path, **extra) -> Config:
     return config
 
 
+def generate_all(config: Config) -> None:
+    """nbgrader generate_assignment for every assignment: fills the gradebook and release/."""
+    nbgrader = NbGraderAPI(config=config)
+    for assignment in assignments():
+        result = nbgrader.generate_assignment(assignment, force=True, create=True)
+        if not result["success"]:
+            raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
+
+
 def generate_release(out: Path) -> None:
     """nbgrader generate_assignment for every assignment, into out/<assignment>/."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = nbgrader_config(root, SOLUTIONS, root / "gradebook.db")
         config.CourseDirectory.release_directory = "release"
-        nbgrader = NbGraderAPI(config=config)
+        generate_all(config)
         for assignment in assignments():
-            result = nbgrader.generate_assignment(assignment, force=True, create=True)
-            if not result["success"]:
-                raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
             released = root / "release" / assignment
             target = out / assignment
             shutil.rmtree(target, ignore_errors=True)

@@ -33,7 +33,7 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
-from .build import nbgrader_config
+from .build import generate_all, nbgrader_config
 from .paths import SOLUTIONS, assignments
 
 STATUSES = ("graded", "needs_manual_grading", "failed")
@@ -43,7 +43,7 @@ STATUSES = ("graded", "needs_manual_grading", "failed")
 class Limits:
     cell_timeout: int = 120  # seconds per cell
     notebook_timeout: int = 900  # seconds for the whole notebook
-    output_bytes: int = 1_000_000  # nbgrader's LimitOutput keeps at most this many characters per output
+    output_lines: int = 1000  # nbgrader's LimitOutput keeps at most this many lines per output
 
 
 @dataclass(frozen=True)
@@ -89,29 +89,13 @@ def find_submissions(source: Path, work: Path) -> tuple[list[Submission], list[R
             continue
         student, notebook = _identify(path.relative_to(inbox), known)
         if student is None or not STUDENT_ID.match(student):
-            rejected.append(
-                Result(
-                    str(path.relative_to(inbox)),
-                    notebook or "",
-                    None,
-                    None,
-                    "failed",
-                    "cannot tell the student and notebook from this file name",
-                )
-            )
+            reason = "cannot tell the student and notebook from this file name"
+            rejected.append(_failed(str(path.relative_to(inbox)), notebook or "", reason))
         elif notebook is None:
-            rejected.append(Result(student, path.stem, None, None, "failed", "not a notebook of this course"))
+            rejected.append(_failed(student, path.stem, "not a notebook of this course"))
         elif (student, notebook) in found:
-            rejected.append(
-                Result(
-                    student,
-                    notebook,
-                    None,
-                    None,
-                    "failed",
-                    f"more than one file for this notebook ({path.relative_to(inbox)})",
-                )
-            )
+            reason = f"more than one file for this notebook ({path.relative_to(inbox)})"
+            rejected.append(_failed(student, notebook, reason))
         else:
             found[(student, notebook)] = Submission(student, notebook, path)
     return list(found.values()), rejected
@@ -153,12 +137,7 @@ def prepare_template(work: Path) -> Path:
     staging = work / "template.partial"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(SOLUTIONS, staging / "source", ignore=shutil.ignore_patterns("__pycache__"))
-    config = nbgrader_config(staging, staging / "source", staging / "gradebook.db")
-    nbgrader = NbGraderAPI(config=config)
-    for assignment in assignments():
-        result = nbgrader.generate_assignment(assignment, force=True, create=True)
-        if not result["success"]:
-            raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
+    generate_all(nbgrader_config(staging, staging / "source", staging / "gradebook.db"))
     (staging / "solutions_sha256").write_text(fingerprint)
     staging.rename(template)
     return template
@@ -199,7 +178,7 @@ def _grading_config(run: Path, template: Path, limits: Limits):
         },
         LimitedExecute={"timeout": limits.cell_timeout, "notebook_timeout": limits.notebook_timeout},
         RestoreDeletedCells={"release_directory": str(template / "release")},
-        LimitOutput={"max_lines": 1000},
+        LimitOutput={"max_lines": limits.output_lines},
         GenerateFeedback={
             "preprocessors": [
                 "nbgrader.preprocessors.GetGrades",
@@ -226,7 +205,11 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> R
     try:
         result = _autograde(submission, out, limits, seed)
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to a log
-        result = _failed(submission, f"the grader could not process this notebook ({type(error).__name__})")
+        result = _failed(
+            submission.student,
+            submission.notebook,
+            f"the grader could not process this notebook ({type(error).__name__})",
+        )
         result_file.parent.mkdir(parents=True, exist_ok=True)
         result_file.with_suffix(".log").write_text(traceback.format_exc())
     _write_failure_page(out, submission, result)
@@ -237,15 +220,20 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> R
     return result
 
 
-def _failed(submission: Submission, reason: str) -> Result:
-    return Result(submission.student, submission.notebook, None, None, "failed", reason)
+def _failed(student: str, notebook: str, reason: str) -> Result:
+    """A row for a notebook that could not be graded: no score, the reason instead."""
+    return Result(student, notebook, None, None, "failed", reason)
 
 
 def _autograde(submission: Submission, out: Path, limits: Limits, seed: str) -> Result:
     try:
         notebook = nbformat.read(submission.path, as_version=4)
     except Exception as error:
-        return _failed(submission, f"not a readable notebook: {str(error).splitlines()[0][:200]}")
+        return _failed(
+            submission.student,
+            submission.notebook,
+            f"not a readable notebook: {str(error).splitlines()[0][:200]}",
+        )
     work = out / "work"
     template = prepare_template(work)
     run = work / "runs" / submission.student / submission.notebook
@@ -259,7 +247,11 @@ def _autograde(submission: Submission, out: Path, limits: Limits, seed: str) -> 
     nbgrader = NbGraderAPI(config=_grading_config(run, template, limits))
     outcome = nbgrader.autograde(submission.notebook, submission.student, force=True, create=True)
     if not outcome["success"]:
-        return _failed(submission, _reason_from_log(outcome.get("log") or outcome.get("error") or ""))
+        return _failed(
+            submission.student,
+            submission.notebook,
+            _reason_from_log(outcome.get("log") or outcome.get("error") or ""),
+        )
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
         graded = gradebook.find_submission(submission.notebook, submission.student)
         score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade

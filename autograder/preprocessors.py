@@ -17,6 +17,8 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets import Integer, Unicode
 
+from .reference import grade_id
+
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
 
@@ -101,20 +103,16 @@ class RestoreDeletedCells(Preprocessor):
         info = resources["nbgrader"]
         path = Path(self.release_directory) / info["assignment"] / f"{info['notebook']}.ipynb"
         released = nbformat.read(path, as_version=4)
-        present = {_grade_id(c): i for i, c in enumerate(nb.cells) if _grade_id(c)}
+        present = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
         insert_at = 0
         for cell in released.cells:
-            gid = _grade_id(cell)
+            gid = grade_id(cell)
             if gid in present:
                 insert_at = present[gid] + 1
                 continue
             if not cell.metadata.get("nbgrader", {}).get("locked"):
                 continue
             nb.cells.insert(insert_at, cell)
-            present = {_grade_id(c): i for i, c in enumerate(nb.cells) if _grade_id(c)}
+            present = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
             insert_at += 1
         return nb, resources
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")

@@ -26,6 +26,11 @@ def assignment_of(check_name: str) -> str:
     return matches[0]
 
 
+def grade_id(cell) -> str | None:
+    """The nbgrader id of a cell, None for cells nbgrader does not track."""
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
 def is_reference_cell(cell) -> bool:
     meta = cell.metadata.get("nbgrader", {})
     return cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "imports")
@@ -42,7 +47,7 @@ def namespace(assignment: str) -> dict[str, Any]:
     names: dict[str, Any] = {"__name__": f"reference_{assignment}"}
     for cell in notebook.cells:
         if is_reference_cell(cell):
-            exec(compile(cell.source, f"{path.name}:{cell.metadata.nbgrader['grade_id']}", "exec"), names)
+            exec(compile(cell.source, f"{path.name}:{grade_id(cell)}", "exec"), names)
     return names
 
 

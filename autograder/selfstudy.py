@@ -10,7 +10,7 @@ from IPython.display import display
 
 from .api import get_check
 from .paths import source_notebook
-from .reference import assignment_of
+from .reference import assignment_of, grade_id
 
 SOLUTION_MARKERS = {"### BEGIN SOLUTION", "### END SOLUTION"}
 
@@ -25,7 +25,7 @@ def solution_source(check_name: str) -> str | None:
     if not path.exists():
         return None
     for cell in nbformat.read(path, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == check.answer_cell:
+        if grade_id(cell) == check.answer_cell:
             lines = cell.source.splitlines()
             return "\n".join(line for line in lines if line.strip() not in SOLUTION_MARKERS)
     return None

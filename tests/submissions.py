@@ -3,10 +3,7 @@
 import nbformat
 
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
-
-
-def grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
+from autograder.reference import grade_id
 
 
 def release(assignment: str) -> nbformat.NotebookNode:

@@ -14,6 +14,7 @@ import torch
 from autograder import CHECKS, CheckFailed, check, evaluate, reference
 from autograder.api import make_cases
 from autograder.core import run_stage
+from autograder.reference import grade_id
 
 from .alternatives import (
     ALTERNATIVES,
@@ -22,7 +23,7 @@ from .alternatives import (
     rotation_matrix_complex,
     rotation_matrix_exp,
 )
-from .submissions import grade_id, release
+from .submissions import release
 
 SEEDS = [1, 2, 3]
 HIDDEN_SEED = 7

@@ -16,7 +16,7 @@ from autograder.cli import main
 from autograder.grading import find_submissions
 from autograder.reference import mistakes
 
-from .submissions import mutant, perfect, release, solution_sources, with_answer
+from .submissions import grade_id, mutant, perfect, release, solution_sources, with_answer
 
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
 FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
@@ -64,9 +64,7 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
     looping = with_answer(perfect("04_rope"), "half_split_permutation", "while True:\n    pass\n")
     add("infinite-loop", "04_rope", looping, 6.0)
     deleted = perfect("04_rope")
-    deleted.cells = [
-        c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "rope_forward_test"
-    ]
+    deleted.cells = [c for c in deleted.cells if grade_id(c) != "rope_forward_test"]
     add("deleted-test-cell", "04_rope", deleted, 9.0)
     warning = "import warnings\n" + solution_sources("07_rmsnorm")["rmsnorm"].replace(
         "        ### BEGIN SOLUTION",

@@ -10,9 +10,9 @@ import pytest
 from autograder.build import build, stale_files
 from autograder.checks import CHECKS
 from autograder.paths import NOTEBOOKS, assignments, source_notebook
-from autograder.reference import is_reference_cell
+from autograder.reference import grade_id, is_reference_cell
 
-from .submissions import grade_id, release, solution_sources
+from .submissions import release, solution_sources
 
 SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.DOTALL)
 
