@@ -8,9 +8,12 @@
 Visible cases and what they should give are stored in autograder/expected/ by `course
 build`, so a student's copy needs no reference solutions. Hidden cases are drawn from a
 fresh seed and judged against the reference read from solutions/.
+
+At grading time the same `check(...)` call runs in a sandboxed kernel and does stage 2 only:
+it reads the cases the grader prepared, runs the student's object and writes the outputs
+back (autograder/exchange.py); the grader judges them with `judge_results`.
 """
 
-import os
 import secrets
 import zlib
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import reference
+from . import exchange, reference
 from .checks import CHECKS
 from .core import Case, CheckFailed, Expectation, Mistake, Verdict, expectations, judge, run_stage
 from .paths import EXPECTED
@@ -34,11 +37,10 @@ def get_check(name: str):
         raise KeyError(f"no check named {name!r}; known checks: {', '.join(sorted(CHECKS))}") from None
 
 
-def hidden_seed(name: str) -> int:
-    """The grader sets COURSE_HIDDEN_SEED once per batch, so a re-run gives the same grades."""
-    batch = os.environ.get("COURSE_HIDDEN_SEED")
-    base = int(batch) if batch else secrets.randbits(31)
-    return (base ^ zlib.crc32(name.encode())) & 0x7FFFFFFF
+def grading_seed(batch_seed: int, name: str, hidden: bool) -> int:
+    """The seed of a check's cases at grading time: drawn per batch (a re-run gives the same
+    grades), different for the visible and hidden cells, never the visible seed students saw."""
+    return zlib.crc32(f"{batch_seed}:{exchange.key(name, hidden)}".encode()) & 0x7FFFFFFF
 
 
 def make_cases(name: str, *, hidden: bool, seed: int) -> list[Case]:
@@ -105,31 +107,47 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
     return cases, expected, known
 
 
+def judge_results(name: str, cases: list[Case], results: list, *, hidden: bool) -> Verdict:
+    """Stage 3 against the live reference (trusted side only: it reads solutions/)."""
+    check = get_check(name)
+    # The known mistakes only serve a diagnosis: run them once a result is wrong.
+    expected, known = live_expectations(name, cases, with_mistakes=False)
+    verdict = judge(check, cases, results, expected, known)
+    if not verdict.passed:
+        expected, known = live_expectations(name, cases)
+        verdict = judge(check, cases, results, expected, known)
+    return Verdict(verdict.check, verdict.passed, verdict.message, points(name, hidden))
+
+
+def points(name: str, hidden: bool) -> float:
+    """What the visible or the hidden test cell of a check is worth."""
+    check = get_check(name)
+    return check.hidden_points if hidden else check.points
+
+
 def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = None) -> Verdict:
     """All three stages in this process; returns the verdict (never raises for a wrong answer)."""
     check = get_check(name)
     if hidden:
-        cases = make_cases(name, hidden=True, seed=hidden_seed(name) if seed is None else seed)
-        results = run_stage(check, obj, cases)
-        # The known mistakes only serve a diagnosis: run them once a result is wrong.
-        expected, known = live_expectations(name, cases, with_mistakes=False)
-        verdict = judge(check, cases, results, expected, known)
-        if not verdict.passed:
-            expected, known = live_expectations(name, cases)
-            verdict = judge(check, cases, results, expected, known)
-    else:
-        cases, expected, known = load_snapshot(name)
-        results = run_stage(check, obj, cases)
-        verdict = judge(check, cases, results, expected, known)
-    points = check.hidden_points if hidden else check.points
-    return Verdict(verdict.check, verdict.passed, verdict.message, points)
+        cases = make_cases(name, hidden=True, seed=secrets.randbits(31) if seed is None else seed)
+        return judge_results(name, cases, run_stage(check, obj, cases), hidden=True)
+    cases, expected, known = load_snapshot(name)
+    verdict = judge(check, cases, run_stage(check, obj, cases), expected, known)
+    return Verdict(verdict.check, verdict.passed, verdict.message, points(name, hidden))
 
 
 def check(name: str, obj: Any, *, hidden: bool = False) -> None:
     """The notebook's test cells call this: prints the verdict, or raises CheckFailed.
 
+    In a grading kernel it runs stage 2 only and hands the outputs to the grader, which
+    judges them outside the kernel and writes the verdict into the graded notebook.
     Returns nothing: a value would be the cell's result, which nbgrader reads as partial credit.
     """
+    folder = exchange.directory()
+    if folder is not None:
+        cases = exchange.read_cases(folder, name, hidden)
+        exchange.write_results(folder, name, hidden, run_stage(get_check(name), obj, cases))
+        return
     verdict = evaluate(name, obj, hidden=hidden)
     if not verdict.passed:
         raise CheckFailed(verdict)

@@ -13,6 +13,7 @@ from typing import Any
 
 import nbformat
 
+from .cells import grade_id
 from .core import Mistake
 from .paths import SOLUTIONS, source_notebook
 
@@ -24,11 +25,6 @@ def assignment_of(check_name: str) -> str:
     if len(matches) != 1:
         raise LookupError(f"no single assignment numbered {number} in {SOLUTIONS}")
     return matches[0]
-
-
-def grade_id(cell) -> str | None:
-    """The nbgrader id of a cell, None for cells nbgrader does not track."""
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
 def is_reference_cell(cell) -> bool:

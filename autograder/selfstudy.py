@@ -9,8 +9,9 @@ import nbformat
 from IPython.display import display
 
 from .api import get_check
+from .cells import grade_id
 from .paths import source_notebook
-from .reference import assignment_of, grade_id
+from .reference import assignment_of
 
 SOLUTION_MARKERS = {"### BEGIN SOLUTION", "### END SOLUTION"}
 

@@ -2,8 +2,8 @@
 
 import nbformat
 
+from autograder.cells import grade_id
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
-from autograder.reference import grade_id
 
 
 def release(assignment: str) -> nbformat.NotebookNode:

@@ -13,8 +13,8 @@ import torch
 
 from autograder import CHECKS, CheckFailed, check, evaluate, reference
 from autograder.api import make_cases
+from autograder.cells import grade_id
 from autograder.core import run_stage
-from autograder.reference import grade_id
 
 from .alternatives import (
     ALTERNATIVES,

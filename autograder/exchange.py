@@ -1,0 +1,101 @@
+"""The one channel between a sandboxed grading kernel and the judge: files of plain data.
+
+Before a test cell runs, the grader writes the cases of each check the cell calls into
+`<exchange>/cases/`; the kernel's `check(...)` runs the student's object on them (stage 2)
+and writes what came out to `<exchange>/results/`; the grader reads that back and judges.
+
+The kernel is untrusted, so everything read back from it is parsed as data only
+(`torch.load(weights_only=True)`, no unpickling of arbitrary objects), bounded in size and
+checked for shape: a list with one entry per case, each a dict of CPU tensors or the text
+of an error. Anything else is a malformed result, which fails the check.
+"""
+
+import os
+from pathlib import Path
+
+import torch
+
+from .core import Case, RunResult
+
+ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs stage 2 alone
+MAX_RESULT_BYTES = 256 * 2**20
+MAX_ERROR_CHARS = 2000
+
+
+class MalformedResults(ValueError):
+    """What the kernel sent back is not results of the expected form; the message says why."""
+
+
+def key(name: str, hidden: bool) -> str:
+    return f"{name}.hidden" if hidden else name
+
+
+def directory() -> Path | None:
+    """The exchange folder when this process is a grading kernel, else None."""
+    value = os.environ.get(ENV)
+    return Path(value) if value else None
+
+
+# ------------------------------------------------------------------ grader side (trusted)
+
+
+def prepare(exchange: Path) -> None:
+    """Empty folders before a test cell: results can only come from this cell's run."""
+    for sub in ("cases", "results"):
+        folder = exchange / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.iterdir():
+            stale.unlink()
+
+
+def write_cases(exchange: Path, name: str, hidden: bool, cases: list[Case]) -> None:
+    payload = [{"name": c.name, "inputs": c.inputs} for c in cases]
+    torch.save(payload, exchange / "cases" / f"{key(name, hidden)}.pt")
+
+
+def read_results(exchange: Path, name: str, hidden: bool, n_cases: int) -> list[RunResult] | None:
+    """The results the kernel wrote for this check, or None if it wrote none.
+
+    Raises MalformedResults when the file is there but is not results.
+    """
+    path = exchange / "results" / f"{key(name, hidden)}.pt"
+    if not path.is_file():
+        return None
+    if path.stat().st_size > MAX_RESULT_BYTES:
+        raise MalformedResults(f"the results are larger than {MAX_RESULT_BYTES // 2**20} MiB")
+    try:
+        data = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:
+        raise MalformedResults(f"the results file cannot be read as data ({type(error).__name__})") from None
+    return _validated(data, n_cases)
+
+
+def _validated(data, n_cases: int) -> list[RunResult]:
+    if not isinstance(data, list) or len(data) != n_cases:
+        raise MalformedResults(f"expected a list of {n_cases} results")
+    results: list[RunResult] = []
+    for entry in data:
+        if isinstance(entry, str):
+            results.append(entry[:MAX_ERROR_CHARS])
+        elif isinstance(entry, dict) and all(
+            isinstance(k, str) and type(v) is torch.Tensor and v.layout == torch.strided
+            for k, v in entry.items()
+        ):
+            results.append(dict(entry))
+        else:
+            raise MalformedResults("a result is neither a dict of tensors nor an error message")
+    return results
+
+
+# ------------------------------------------------------------------ kernel side (untrusted)
+
+
+def read_cases(exchange: Path, name: str, hidden: bool) -> list[Case]:
+    path = exchange / "cases" / f"{key(name, hidden)}.pt"
+    if not path.is_file():
+        raise LookupError(f"the grader prepared no cases for {key(name, hidden)!r} in this cell")
+    return [Case(c["name"], c["inputs"]) for c in torch.load(path, weights_only=True)]
+
+
+def write_results(exchange: Path, name: str, hidden: bool, results: list[RunResult]) -> None:
+    torch.save(results, exchange / "results" / f"{key(name, hidden)}.pt")

@@ -1,0 +1,110 @@
+"""The channel from a grading kernel to the judge: only well-formed data gets through."""
+
+import pickle
+
+import pytest
+import torch
+
+from autograder import api, exchange
+from autograder.api import check, make_cases
+from autograder.cells import check_calls
+
+from .submissions import solution_sources
+
+
+@pytest.fixture
+def folder(tmp_path):
+    exchange.prepare(tmp_path)
+    return tmp_path
+
+
+def _write(folder, data, name="07.rmsnorm"):
+    torch.save(data, folder / "results" / f"{name}.pt")
+
+
+def test_results_round_trip(folder):
+    results = [{"y": torch.ones(2)}, "ValueError: bad (in your code: `x`)"]
+    _write(folder, results)
+    back = exchange.read_results(folder, "07.rmsnorm", False, 2)
+    assert torch.equal(back[0]["y"], torch.ones(2)) and back[1] == results[1]
+
+
+def test_missing_results_are_none(folder):
+    assert exchange.read_results(folder, "07.rmsnorm", True, 3) is None
+
+
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        ([{"y": torch.ones(2)}], "expected a list of 2 results"),
+        ({"y": torch.ones(2)}, "expected a list of 2 results"),
+        ([{"y": torch.ones(2)}, {"y": [1.0, 2.0]}], "neither a dict of tensors"),
+        ([{"y": torch.ones(2)}, 3.5], "neither a dict of tensors"),
+        ([{"y": torch.ones(2)}, {"y": torch.ones(2).to_sparse()}], "neither a dict of tensors"),
+    ],
+)
+def test_malformed_results_are_refused(folder, data, problem):
+    _write(folder, data)
+    with pytest.raises(exchange.MalformedResults, match=problem):
+        exchange.read_results(folder, "07.rmsnorm", False, 2)
+
+
+class Payload:
+    def __reduce__(self):  # what unpickling it would run
+        return (print, ("owned",))
+
+
+def test_pickled_objects_are_never_loaded(folder, capsys):
+    (folder / "results" / "07.rmsnorm.pt").write_bytes(pickle.dumps([Payload(), Payload()]))
+    with pytest.raises(exchange.MalformedResults, match="cannot be read as data"):
+        exchange.read_results(folder, "07.rmsnorm", False, 2)
+    assert "owned" not in capsys.readouterr().out
+
+
+def test_long_error_texts_are_cut(folder):
+    _write(folder, ["E" * 10**6])
+    assert len(exchange.read_results(folder, "07.rmsnorm", False, 1)[0]) == exchange.MAX_ERROR_CHARS
+
+
+def test_oversized_results_are_refused(folder, monkeypatch):
+    monkeypatch.setattr(exchange, "MAX_RESULT_BYTES", 100)
+    _write(folder, [{"y": torch.ones(1000)}])
+    with pytest.raises(exchange.MalformedResults, match="larger than"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+
+
+def test_in_a_grading_kernel_check_runs_stage_two_only(folder, monkeypatch, capsys):
+    """check() reads the grader's cases, writes outputs and judges nothing (no reference needed)."""
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(solution_sources("07_rmsnorm")["rmsnorm"], namespace)
+    cases = make_cases("07.rmsnorm", hidden=True, seed=5)
+    exchange.write_cases(folder, "07.rmsnorm", True, cases)
+    monkeypatch.setenv(exchange.ENV, str(folder))
+    monkeypatch.setattr(api, "live_expectations", None)  # any judging would fail loudly
+    check("07.rmsnorm", namespace["RMSNorm"], hidden=True)
+    assert capsys.readouterr().out == ""
+    results = exchange.read_results(folder, "07.rmsnorm", True, len(cases))
+    monkeypatch.undo()
+    assert api.judge_results("07.rmsnorm", cases, results, hidden=True).passed
+
+
+def test_prepare_removes_what_an_earlier_cell_left(folder):
+    _write(folder, [{"y": torch.ones(1)}])
+    exchange.prepare(folder)
+    assert exchange.read_results(folder, "07.rmsnorm", False, 1) is None
+
+
+def test_grading_seeds_differ_by_batch_cell_and_from_the_visible_seed():
+    seeds = {api.grading_seed(b, "07.rmsnorm", h) for b in (1, 2) for h in (False, True)}
+    assert len(seeds) == 4 and api.VISIBLE_SEED not in seeds
+    assert api.grading_seed(1, "07.rmsnorm", True) == api.grading_seed(1, "07.rmsnorm", True)
+
+
+def test_check_calls_are_read_from_the_test_source():
+    source = '# comment\ncheck("04.rope_forward", RoPE)\ncheck("04.rope_forward", RoPE, hidden=True)\n'
+    assert check_calls(source) == [("04.rope_forward", False), ("04.rope_forward", True)]
+    assert check_calls("x = 1") == []
+    with pytest.raises(ValueError):
+        check_calls("check(name, RoPE)")
+    with pytest.raises(ValueError):
+        check_calls('check("04.rope_forward", RoPE, hidden=flag)')
