@@ -5,16 +5,21 @@ STAMP := $(VENV)/.installed
 SUBMISSIONS ?= submissions
 OUT ?= grading-output
 JOBS ?= 2
+GRADE_FLAGS ?=
 
 .PHONY: setup test build check-build lab grade lint clean
 
 setup: $(STAMP)
 
-# Chromium (for the browser test) comes from Debian's packages when run as root; elsewhere
-# install it yourself, or that one test is skipped and says why.
+# bubblewrap (the grading sandbox) and Chromium (for the browser test) come from Debian's
+# packages when run as root; elsewhere install them yourself (README, "Set-up"). Without
+# bubblewrap the grader refuses to grade and the sandbox tests are skipped, saying why.
+SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
 $(STAMP): pyproject.toml requirements.lock
-	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.lock
@@ -39,7 +44,7 @@ lab: notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
 
 grade: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade $(SUBMISSIONS) --out $(OUT) --jobs $(JOBS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade $(SUBMISSIONS) --out $(OUT) --jobs $(JOBS) $(GRADE_FLAGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check autograder tests benchmarks

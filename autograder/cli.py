@@ -29,7 +29,12 @@ def _build(args) -> int:
 def _grade(args) -> int:
     from .grading import Limits, grade
 
-    limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout)
+    limits = Limits(
+        cell_timeout=args.cell_timeout,
+        notebook_timeout=args.notebook_timeout,
+        memory_bytes=int(args.memory_gib * 2**30),
+        sandboxed=not args.no_sandbox,
+    )
     results = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, limits=limits)
     for r in results:
         score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
@@ -104,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks graded at once")
     p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell")
     p.add_argument("--notebook-timeout", type=int, default=900, help="seconds per notebook")
+    p.add_argument("--memory-gib", type=float, default=4, help="address space of each notebook's kernel")
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run students' code unconfined, as you (only where bubblewrap is missing, for trusted work)",
+    )
     p.set_defaults(func=_grade)
 
     p = sub.add_parser("check", help="run a notebook and report its visible checks")

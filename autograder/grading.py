@@ -3,16 +3,20 @@
 Layout of OUT:
     grades.csv                       student, notebook, score, max_score, status, reason
     feedback/<student>/<nb>.html     one page per graded notebook
+    logs/<student>/<nb>.log          the grader's log: what was restored, what the sandbox refused,
+                                     each verdict (or the grader's traceback, where grading failed)
     work/template/                   nbgrader course generated once per batch (gradebook + release)
     work/inbox/                      copies of the submissions (the originals are only read)
     work/runs/<student>/<nb>/        one nbgrader course per submission, so submissions run in parallel
     work/results/<student>/<nb>.json the outcome of each submission and the hash of the file graded:
                                      present and same hash = done (resume, idempotence)
-    work/results/<student>/<nb>.log  the grader's traceback, where grading itself failed
-    work/hidden_seed                 the batch's seed for hidden cases (same grades on a re-run)
+    work/runs/<student>/<nb>/kernel.log  what the sandboxed kernel process itself printed
+    work/hidden_seed                 the batch's seed for all cases (same grades on a re-run)
 
 Each submission is graded in its own process and its own copy of the gradebook, so one
 broken notebook never stops the batch and a batch killed midway resumes where it stopped.
+Its notebook runs in a sandboxed kernel (autograder/sandbox.py); the checks are judged in
+the grading process (preprocessors.JudgedExecute), which never runs student code.
 """
 
 import csv
@@ -24,6 +28,7 @@ import re
 import secrets
 import shutil
 import traceback
+import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -32,9 +37,12 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
+from sqlalchemy.exc import SAWarning
 
 from .build import generate_all, nbgrader_config
 from .paths import SOLUTIONS, assignments
+from .preprocessors import REASON
+from .sandbox import unavailable_reason
 
 STATUSES = ("graded", "needs_manual_grading", "failed")
 
@@ -42,8 +50,11 @@ STATUSES = ("graded", "needs_manual_grading", "failed")
 @dataclass(frozen=True)
 class Limits:
     cell_timeout: int = 120  # seconds per cell
-    notebook_timeout: int = 900  # seconds for the whole notebook
+    notebook_timeout: int = 900  # seconds for the whole notebook (wall clock)
     output_lines: int = 1000  # nbgrader's LimitOutput keeps at most this many lines per output
+    output_bytes: int = 4 * 2**20  # output kept per notebook; the rest is dropped while it runs
+    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS); see README, "Sandbox"
+    sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ def _solutions_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _grading_config(run: Path, template: Path, limits: Limits):
+def _grading_config(run: Path, template: Path, limits: Limits, seed: int, threads: int):
     return nbgrader_config(
         run,
         template / "source",
@@ -161,13 +172,12 @@ def _grading_config(run: Path, template: Path, limits: Limits):
                 "nbgrader.preprocessors.ClearOutput",
                 "nbgrader.preprocessors.DeduplicateIds",
                 "nbgrader.preprocessors.OverwriteKernelspec",
-                "autograder.preprocessors.RestoreDeletedCells",
+                "autograder.preprocessors.Canonicalize",
                 "nbgrader.preprocessors.OverwriteCells",
                 "nbgrader.preprocessors.CheckCellMetadata",
             ],
             "autograde_preprocessors": [
-                "autograder.preprocessors.LimitedExecute",
-                "autograder.preprocessors.StderrIsNotFailure",
+                "autograder.preprocessors.JudgedExecute",
                 "nbgrader.preprocessors.IgnorePattern",
                 "nbconvert.preprocessors.ClearMetadataPreprocessor",
                 "nbgrader.preprocessors.LimitOutput",
@@ -176,8 +186,21 @@ def _grading_config(run: Path, template: Path, limits: Limits):
                 "nbgrader.preprocessors.CheckCellMetadata",
             ],
         },
-        LimitedExecute={"timeout": limits.cell_timeout, "notebook_timeout": limits.notebook_timeout},
-        RestoreDeletedCells={"release_directory": str(template / "release")},
+        JudgedExecute={
+            "timeout": limits.cell_timeout,
+            "notebook_timeout": limits.notebook_timeout,
+            "output_bytes": limits.output_bytes,
+            "batch_seed": seed,
+            "sandboxed": limits.sandboxed,
+            "kernel_log": str(run / "kernel.log"),
+        },
+        SandboxedKernelManager={
+            "memory_bytes": limits.memory_bytes,
+            # CPU time: the wall limit's worth on every thread, so only a runaway process hits it
+            "cpu_seconds": limits.notebook_timeout * threads + 60,
+            "threads": threads,
+        },
+        Canonicalize={"release_directory": str(template / "release")},
         LimitOutput={"max_lines": limits.output_lines},
         GenerateFeedback={
             "preprocessors": [
@@ -193,25 +216,26 @@ def _grading_config(run: Path, template: Path, limits: Limits):
 # ------------------------------------------------------------------------------ one submission
 
 
-def grade_one(submission: Submission, out: Path, limits: Limits, seed: str) -> Result:
+def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, threads: int = 1) -> Result:
     """Autograde one notebook in its own nbgrader course; never raises for a bad submission."""
-    work = out / "work"
-    result_file = work / "results" / submission.student / f"{submission.notebook}.json"
+    result_file = out / "work" / "results" / submission.student / f"{submission.notebook}.json"
+    log_file = out / "logs" / submission.student / f"{submission.notebook}.log"
     digest = hashlib.sha256(submission.path.read_bytes()).hexdigest()
     if result_file.exists():
         saved = json.loads(result_file.read_text())
         if saved.pop("submission_sha256", None) == digest:  # a changed submission is graded again
             return Result(**saved)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     try:
-        result = _autograde(submission, out, limits, seed)
-    except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to a log
+        result, log = _autograde(submission, out, limits, seed, threads)
+    except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
         result = _failed(
             submission.student,
             submission.notebook,
             f"the grader could not process this notebook ({type(error).__name__})",
         )
-        result_file.parent.mkdir(parents=True, exist_ok=True)
-        result_file.with_suffix(".log").write_text(traceback.format_exc())
+        log = traceback.format_exc()
+    log_file.write_text(log)
     _write_failure_page(out, submission, result)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
@@ -225,15 +249,40 @@ def _failed(student: str, notebook: str, reason: str) -> Result:
     return Result(student, notebook, None, None, "failed", reason)
 
 
-def _autograde(submission: Submission, out: Path, limits: Limits, seed: str) -> Result:
+def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, str]:
+    """The submission as an nbformat 4 notebook without outputs, and what reading it involved.
+
+    Lenient where a student's work is still there: text that is not UTF-8 (read as Latin-1),
+    an older nbformat (upgraded), a notebook saved with huge outputs (outputs are dropped:
+    the grader runs it again anyway).
+    """
+    raw = path.read_bytes()
+    notes = []
     try:
-        notebook = nbformat.read(submission.path, as_version=4)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+        notes.append("[course] the file is not UTF-8: read as Latin-1")
+    original = nbformat.reader.reads(text)  # parsed, not yet converted
+    if original.get("nbformat") != 4:
+        notes.append(f"[course] saved as nbformat {original.get('nbformat')}: upgraded to 4")
+    if "colab" in original.get("metadata", {}):
+        notes.append("[course] saved by Google Colab")
+    notebook = nbformat.convert(original, 4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    return notebook, "\n".join(notes)
+
+
+def _autograde(
+    submission: Submission, out: Path, limits: Limits, seed: int, threads: int
+) -> tuple[Result, str]:
+    try:
+        notebook, notes = read_notebook(submission.path)
     except Exception as error:
-        return _failed(
-            submission.student,
-            submission.notebook,
-            f"not a readable notebook: {str(error).splitlines()[0][:200]}",
-        )
+        reason = f"not a readable notebook: {str(error).splitlines()[0][:200]}"
+        return _failed(submission.student, submission.notebook, reason), reason
     work = out / "work"
     template = prepare_template(work)
     run = work / "runs" / submission.student / submission.notebook
@@ -243,26 +292,29 @@ def _autograde(submission: Submission, out: Path, limits: Limits, seed: str) -> 
     nbformat.write(notebook, target)
     shutil.copy(template / "gradebook.db", run / "gradebook.db")
 
-    os.environ["COURSE_HIDDEN_SEED"] = seed  # inherited by the kernel
-    nbgrader = NbGraderAPI(config=_grading_config(run, template, limits))
-    outcome = nbgrader.autograde(submission.notebook, submission.student, force=True, create=True)
+    nbgrader = NbGraderAPI(config=_grading_config(run, template, limits, seed, threads))
+    with warnings.catch_warnings():  # nbgrader's own session warnings about its gradebook, not ours
+        warnings.simplefilter("ignore", SAWarning)
+        outcome = nbgrader.autograde(submission.notebook, submission.student, force=True, create=True)
+    log = "\n".join(
+        filter(None, [notes, outcome.get("log"), "" if outcome["success"] else outcome.get("error")])
+    )
     if not outcome["success"]:
-        return _failed(
-            submission.student,
-            submission.notebook,
-            _reason_from_log(outcome.get("log") or outcome.get("error") or ""),
-        )
+        return _failed(submission.student, submission.notebook, _reason_from_log(log)), log
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
         graded = gradebook.find_submission(submission.notebook, submission.student)
         score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade
-    feedback = nbgrader.generate_feedback(submission.notebook, submission.student, force=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        feedback = nbgrader.generate_feedback(submission.notebook, submission.student, force=True)
     page = run / "feedback" / submission.student / submission.notebook / f"{submission.notebook}.html"
     if feedback["success"] and page.exists():
         destination = out / "feedback" / submission.student / f"{submission.notebook}.html"
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(page, destination)
     status = "needs_manual_grading" if manual else "graded"
-    return Result(submission.student, submission.notebook, score, max_score, status)
+    reason = "; ".join(m.strip() for m in re.findall(re.escape(REASON) + r"(.+)", log))
+    return Result(submission.student, submission.notebook, score, max_score, status, reason), log
 
 
 def _reason_from_log(log: str) -> str:
@@ -289,16 +341,25 @@ def _write_failure_page(out: Path, submission: Submission, result: Result) -> No
 
 def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) -> list[Result]:
     """Grade every submission under `source`; write OUT/grades.csv and feedback; return the rows."""
+    if limits.sandboxed and (why := unavailable_reason()):
+        raise SystemExit(
+            f"Refusing to grade: {why}.\n"
+            "Without a sandbox a student's code runs as you: it can read solutions/ and your files.\n"
+            "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `dnf install "
+            "bubblewrap`), or pass --no-sandbox to grade trusted submissions without one."
+        )
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "hidden_seed"
     if not seed_file.exists():
         seed_file.write_text(str(secrets.randbits(31)))
-    seed = seed_file.read_text().strip()
+    seed = int(seed_file.read_text())
     submissions, results = find_submissions(source, work)
     prepare_template(work)
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(grade_one, s, out, limits, seed) for s in submissions]
+    jobs = max(1, jobs)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(grade_one, s, out, limits, seed, threads) for s in submissions]
         results += [f.result() for f in futures]
     results.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", results)

@@ -1,71 +1,248 @@
 """nbgrader preprocessors that fix what plain nbgrader gets wrong for this course.
 
-- LimitedExecute: a time limit for the whole notebook on top of the per-cell one, and a
-  named reason when the notebook cannot be graded (kernel died, total time exceeded).
-- StderrIsNotFailure: a warning printed to stderr in a test cell must not zero it.
-- RestoreDeletedCells: deleted test or given-code cells come back before grading.
+- Canonicalize: a submission goes back into the shape of the release before grading
+  (deleted locked cells restored, moved cells put back in order, another assignment's
+  notebook refused with a reason); nbgrader's OverwriteCells then restores locked sources,
+  cell types and points.
+- JudgedExecute: runs the notebook in the sandbox (autograder/sandbox.py) and writes the
+  judge's verdict, reached outside the kernel, as the output of every test cell, so that
+  nbgrader's SaveAutoGrades, feedback and formgrader record the judge, not the kernel.
 - HideHiddenTests / PlainErrors: feedback without hidden-test source or grader tracebacks.
+
+Whatever these find worth an instructor's eye (a changed locked cell, a test whose results
+never came back, an error raised in the sandbox) is logged with the prefix "[course]"; the
+grader keeps that log per submission.
 """
 
+import copy
 import re
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
-from nbclient.exceptions import DeadKernelError
+from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
-from traitlets import Integer, Unicode
+from traitlets import Bool, Integer, Unicode
 
-from .reference import grade_id
+from . import api, exchange
+from .cells import check_calls, grade_id, is_test_cell
+from .core import Verdict
+from .sandbox import SandboxedKernelManager, prepare_root
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
+REASON = "[course] reason: "  # lines with this prefix also go to grades.csv's reason column
+MAX_RECOVERIES = 3  # kernels a notebook may kill or hang before the rest of it is not run
 
 
 class NotebookFailed(RuntimeError):
     """The notebook as a whole could not be graded; the message is the reason shown to people."""
 
 
-class LimitedExecute(Execute):
+class JudgedExecute(Execute):
+    """Execute in a sandboxed kernel; judge each test cell's checks in this (trusted) process.
+
+    Before a test cell runs, the cases of the checks it calls are drawn here (seeds from the
+    batch) and written to the exchange; after it ran, the outputs the kernel wrote are read
+    back as data and judged against the reference. The cell's outputs become the verdicts:
+    whatever the kernel printed, patched or redefined, the grade is the judge's.
+
+    A notebook that stops early (the kernel died, a cell would not stop, the total time ran
+    out) keeps the verdicts reached so far; the test cells after it fail with the reason.
+    """
+
     notebook_timeout = Integer(900, help="Seconds the whole notebook may run.").tag(config=True)
+    output_bytes = Integer(4 * 2**20, help="Output a notebook may keep; the rest is dropped.").tag(
+        config=True
+    )
+    batch_seed = Integer(0, help="The batch's seed: the cases of every check derive from it.").tag(
+        config=True
+    )
+    sandboxed = Bool(True, help="Run the kernel under bubblewrap.").tag(config=True)
+    kernel_log = Unicode("", help="File for the kernel process's own stdout and stderr.").tag(config=True)
+
+    def create_kernel_manager(self):
+        self.km = SandboxedKernelManager(
+            kernel_name=self.kernel_name or "python3",
+            config=self.config,
+            root=str(self._root),
+            sandboxed=self.sandboxed,
+            log_file=self.kernel_log,
+        )
+        return self.km
 
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = time.monotonic() + self.notebook_timeout
-        try:
-            result = super().preprocess(nb, resources, km)
-        except DeadKernelError as error:
-            raise NotebookFailed(
-                "the kernel died while running the notebook (it crashed, exited or ran out of memory)"
-            ) from error
+        self._stopped: str | None = None
+        self._judged: set[int] = set()
+        self._broken: set[int] = set()  # cells that killed or hung a kernel: never run again
+        self._kept_bytes = 0
+        with tempfile.TemporaryDirectory(prefix="course-") as root:  # short: Unix socket paths
+            self._root = Path(root)
+            prepare_root(self._root)
+            nb, resources = super().preprocess(nb, resources, km)
+        not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
+        for index in not_run:
+            calls = check_calls(nb.cells[index].source)
+            verdicts = [Verdict(n, False, f"not run: {self._stopped}", api.points(n, h)) for n, h in calls]
+            nb.cells[index].outputs = _outputs(verdicts)
+        if self._stopped:
+            self.log.warning(
+                f"{REASON}notebook stopped: {self._stopped}; {len(not_run)} test cells did not run (0 points)"
+            )
+        return nb, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        if self._stopped or cell.cell_type != "code":
+            return cell, resources
         if time.monotonic() >= self._deadline:
-            raise self._too_long()
-        return result
+            self._stopped = f"the notebook ran past its total time limit of {self.notebook_timeout} s"
+            return cell, resources
+        calls = self._prepare_checks(cell)
+        crash = None
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except (DeadKernelError, CellTimeoutError) as error:
+            crash = (
+                "the kernel died (it crashed, exited or ran out of memory)"
+                if isinstance(error, DeadKernelError)
+                else "it did not stop at its time limit, even when interrupted"
+            )
+            cell.outputs.append(new_output("error", ename="CellSkipped", evalue=crash, traceback=[crash]))
+            self._recover(index, f"cell {_label(cell, index)}: {crash}")
+        self._report_errors(cell, index)
+        if calls is not None:
+            self._judge(cell, index, calls, crash)
+        return cell, resources
+
+    def _recover(self, index: int, what: str) -> None:
+        """Go on in a fresh kernel that has re-run every earlier cell but those that broke one.
+
+        A cell that kills or hangs its kernel costs its own result, not the other cells'.
+        """
+        self._broken.add(index)
+        if len(self._broken) > MAX_RECOVERIES:
+            self._stopped = f"{what}, after {MAX_RECOVERIES} kernels were lost already"
+            return
+        self.log.warning(f"{REASON}{what}: skipped, and the cells before it re-run in a fresh kernel")
+        run_sync(self.km.restart_kernel)(now=True)
+        run_sync(self.kc.wait_for_ready)(timeout=60)
+        for earlier, cell in enumerate(self.nb.cells[:index]):
+            if self._stopped or cell.cell_type != "code" or earlier in self._broken or is_test_cell(cell):
+                continue
+            try:
+                self.execute_cell(copy.deepcopy(cell), earlier, store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                self._recover(earlier, f"cell {_label(cell, earlier)} broke the kernel when re-run")
+            finally:
+                self.nb.cells[earlier] = cell  # the replay's outputs are not the cell's
 
     def _get_timeout(self, cell):
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise self._too_long()
         per_cell = super()._get_timeout(cell)
-        return max(1, int(min(per_cell or remaining, remaining)))
+        remaining = max(1, int(self._deadline - time.monotonic()))
+        return min(per_cell or remaining, remaining)
 
-    def _too_long(self) -> NotebookFailed:
-        return NotebookFailed(f"the notebook ran past its total time limit of {self.notebook_timeout} s")
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most `output_bytes` of output per notebook (a 200 MB print stays out)."""
+        size = len(str(msg.get("content", "")))
+        if self._kept_bytes + size > self.output_bytes:
+            if self._kept_bytes <= self.output_bytes:
+                self._kept_bytes = self.output_bytes + 1
+                self.log.warning(
+                    "[course] output beyond %d bytes dropped (cell %d)", self.output_bytes, cell_index
+                )
+                outs.append(
+                    new_output(
+                        "stream", name="stdout", text=f"[output truncated at {self.output_bytes} bytes]\n"
+                    )
+                )
+            return None
+        self._kept_bytes += size
+        return super().output(outs, msg, display_id, cell_index)
+
+    # ---------------------------------------------------------------- the judge's side
+
+    def _prepare_checks(self, cell) -> list | None:
+        """Draw and write the cases of the cell's checks; None for cells that are not tests."""
+        if not is_test_cell(cell):
+            return None
+        folder = self._root / "exchange"
+        exchange.prepare(folder)
+        calls = []
+        for name, hidden in check_calls(cell.source):
+            seed = api.grading_seed(self.batch_seed, name, hidden)
+            cases = api.make_cases(name, hidden=hidden, seed=seed)
+            exchange.write_cases(folder, name, hidden, cases)
+            calls.append((name, hidden, cases))
+        return calls
+
+    def _judge(self, cell, index: int, calls: list, crash: str | None) -> None:
+        label = _label(cell, index)
+        error = next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
+        for output in cell.get("outputs", []):
+            if output.output_type != "error":
+                self.log.warning(
+                    "[course] test cell %s printed output of its own (ignored): %.120r",
+                    label,
+                    str(output.get("text") or output.get("data", "")),
+                )
+        cell.outputs = _outputs([self._verdict(label, n, h, cases, error, crash) for n, h, cases in calls])
+        self._judged.add(index)
+
+    def _verdict(self, label: str, name: str, hidden: bool, cases: list, error, crash: str | None) -> Verdict:
+        folder = self._root / "exchange"
+        try:
+            results = exchange.read_results(folder, name, hidden, len(cases))
+        except exchange.MalformedResults as problem:
+            self.log.warning("[course] test cell %s: malformed results for %s: %s", label, name, problem)
+            return Verdict(
+                name, False, f"the results of this test are malformed: {problem}", api.points(name, hidden)
+            )
+        if results is None:
+            if crash or self._stopped:
+                why = crash or self._stopped
+            elif error is not None:
+                why = f"the cell raised {error.ename}: {error.evalue}"
+            else:
+                why = "`check` was redefined, patched or bypassed"
+                self.log.warning("[course] test cell %s: no results came back for %s: %s", label, name, why)
+            return Verdict(
+                name, False, f"no results came back from this test: {why}", api.points(name, hidden)
+            )
+        verdict = api.judge_results(name, cases, results, hidden=hidden)
+        self.log.info("[course] %s", verdict)
+        return verdict
+
+    def _report_errors(self, cell, index: int) -> None:
+        """Name, in the log, each error raised outside test cells (a sandbox denial shows up here)."""
+        if is_test_cell(cell):
+            return
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                self.log.warning(
+                    "[course] cell %s raised %s: %.200s", _label(cell, index), output.ename, output.evalue
+                )
 
 
-def _grade_cells(nb):
-    return (c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code")
+def _label(cell, index: int) -> str:
+    return f"{grade_id(cell) or 'untracked'} (#{index})"
 
 
-class StderrIsNotFailure(Preprocessor):
-    """nbgrader zeroes a test cell with any stderr output (a torch warning!): keep it as stdout."""
-
-    def preprocess(self, nb, resources):
-        for cell in _grade_cells(nb):
-            for output in cell.get("outputs", []):
-                if output.output_type == "stream" and output.name == "stderr":
-                    output.name = "stdout"
-        return nb, resources
+def _outputs(verdicts: list[Verdict]) -> list:
+    """A test cell's outputs as nbgrader grades them: any error output scores the cell 0."""
+    if not verdicts:  # never full marks for a cell nothing judged (tests/test_notebooks.py forbids it)
+        problem = "this test cell calls no check"
+        return [new_output("error", ename="CheckFailed", evalue=problem, traceback=[problem])]
+    return [
+        new_output("stream", name="stdout", text=f"{v}\n")
+        if v.passed
+        else new_output("error", ename="CheckFailed", evalue=str(v), traceback=[f"CheckFailed: {v}"])
+        for v in verdicts
+    ]
 
 
 class HideHiddenTests(Preprocessor):
@@ -86,13 +263,14 @@ class PlainErrors(Preprocessor):
         return nb, resources
 
 
-class RestoreDeletedCells(Preprocessor):
-    """Put back locked cells (tests, imports, given code) that a student deleted.
+class Canonicalize(Preprocessor):
+    """Put a submission back into the shape of the release, before nbgrader's OverwriteCells.
 
-    nbgrader's own OverwriteCells.add_missing_cells assumes the cell before a deleted one
-    is a grade or solution cell and crashes otherwise (nbgrader 0.9.6). Here each missing
-    cell of the release goes back after the nearest earlier cell the submission still has;
-    OverwriteCells, which runs next, then restores the source of tests, hidden ones included.
+    - A notebook of another assignment (or none of this one's cells) is refused with a reason.
+    - Deleted locked cells come back from the release (nbgrader 0.9.6's add_missing_cells
+      crashes when the cell before a deleted one is a plain locked cell).
+    - Tracked cells go back into the release's order, each keeping the untracked cells the
+      student wrote after it, so a test cell moved above its answer still tests it.
     """
 
     release_directory = Unicode("", help="Folder holding <assignment>/<notebook>.ipynb as released.").tag(
@@ -101,18 +279,83 @@ class RestoreDeletedCells(Preprocessor):
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
-        path = Path(self.release_directory) / info["assignment"] / f"{info['notebook']}.ipynb"
-        released = nbformat.read(path, as_version=4)
-        present = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
-        insert_at = 0
-        for cell in released.cells:
+        released = self._release(info["assignment"], info["notebook"])
+        order = [grade_id(c) for c in released.cells if grade_id(c)]
+        by_id = {grade_id(c): c for c in released.cells if grade_id(c)}
+        self._check_identity(nb, info["assignment"], released)
+
+        anchor = None
+        mine: dict[str, object] = {}
+        following: dict[str | None, list] = {None: []}
+        for cell in nb.cells:
             gid = grade_id(cell)
-            if gid in present:
-                insert_at = present[gid] + 1
-                continue
-            if not cell.metadata.get("nbgrader", {}).get("locked"):
-                continue
-            nb.cells.insert(insert_at, cell)
-            present = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
-            insert_at += 1
+            if gid in by_id and gid not in mine:
+                anchor = gid
+                mine[gid] = cell
+                following[gid] = []
+            else:
+                if gid is not None:
+                    self.log.warning("[course] cell %s is not part of this notebook: kept, not graded", gid)
+                cell.metadata.pop("nbgrader", None)  # e.g. the {} DeduplicateIds leaves on a copy
+                following[anchor].append(cell)
+        if [g for g in order if g in mine] != list(mine):
+            self.log.warning("[course] tracked cells were moved: put back in the released order")
+        cells = list(following[None])
+        for gid in order:
+            if gid in mine:
+                cells += [self._restored(mine[gid], by_id[gid]), *following[gid]]
+            elif _nbgrader(by_id[gid]).get("locked"):
+                self.log.warning("[course] locked cell %s was deleted: restored", gid)
+                cells.append(copy.deepcopy(by_id[gid]))
+        nb.cells = cells
         return nb, resources
+
+    def _restored(self, cell, released):
+        """A locked cell as released; an answer cell with the student's source, the release's type and
+        grading metadata (OverwriteCells then puts back hidden tests and checks what it knows of)."""
+        changed = [
+            what
+            for what, differs in (
+                ("cell type", cell.cell_type != released.cell_type),
+                ("grading metadata", _grading(cell) != _grading(released)),
+                ("source", _nbgrader(released).get("locked") and cell.source != released.source),
+            )
+            if differs
+        ]
+        if changed:
+            self.log.warning("[course] cell %s: %s changed: restored", grade_id(released), ", ".join(changed))
+        if _nbgrader(released).get("locked"):
+            return copy.deepcopy(released)
+        answer = copy.deepcopy(released)
+        answer.source = cell.source
+        return answer
+
+    def _release(self, assignment: str, notebook: str):
+        return nbformat.read(Path(self.release_directory) / assignment / f"{notebook}.ipynb", as_version=4)
+
+    def _check_identity(self, nb, assignment: str, released) -> None:
+        ids = {grade_id(c) for c in nb.cells} - {None}
+        if ids & _answer_ids(released):
+            return
+        for other in sorted(Path(self.release_directory).iterdir()):
+            if other.name != assignment and any(
+                ids & _answer_ids(nbformat.read(f, as_version=4)) for f in other.glob("*.ipynb")
+            ):
+                raise NotebookFailed(f"this file holds the notebook of {other.name}, not {assignment}")
+        if not ids & {grade_id(c) for c in released.cells}:
+            raise NotebookFailed(
+                f"none of the cells of {assignment} are in this file: was it made from the released notebook?"
+            )
+
+
+def _nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _grading(cell) -> dict:
+    """What decides how a cell is graded (not nbgrader's checksums and versions)."""
+    return {k: _nbgrader(cell).get(k) for k in ("grade", "solution", "locked", "task", "points", "grade_id")}
+
+
+def _answer_ids(notebook) -> set[str]:
+    return {grade_id(c) for c in notebook.cells if _nbgrader(c).get("solution")}

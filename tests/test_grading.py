@@ -72,17 +72,24 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
     )
     add("warns-on-stderr", "07_rmsnorm", with_answer(perfect("07_rmsnorm"), "rmsnorm", warning), 6.0)
     killer = "import os\nos._exit(1)\n"
+    # The answer cell kills every kernel it runs in: skipped, so the tests find no RMSNorm.
     add(
         "kills-kernel",
         "07_rmsnorm",
         with_answer(perfect("07_rmsnorm"), "rmsnorm", killer),
-        None,
-        "failed",
+        0.0,
+        "graded",
         "kernel died",
     )
     slow = perfect("07_rmsnorm")
-    slow.cells += [new_code_cell("import time\ntime.sleep(9)") for _ in range(5)]
-    add("too-slow", "07_rmsnorm", slow, None, "failed", "total time limit")
+    slow.cells += [new_code_cell("import time\ntime.sleep(9)") for _ in range(8)]
+    add(
+        "too-slow", "07_rmsnorm", slow, 6.0, "graded", "total time limit"
+    )  # the tests ran before the time ran out
+    slow_early = perfect("07_rmsnorm")
+    at = [grade_id(c) for c in slow_early.cells].index("rmsnorm_test")
+    slow_early.cells[at:at] = [new_code_cell("import time\ntime.sleep(9)") for _ in range(5)]
+    add("too-slow-early", "07_rmsnorm", slow_early, 3.0, "graded", "2 test cells did not run")
     return expected
 
 

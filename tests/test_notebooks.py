@@ -8,9 +8,10 @@ import nbformat
 import pytest
 
 from autograder.build import build, stale_files
+from autograder.cells import check_calls, grade_id, is_test_cell
 from autograder.checks import CHECKS
 from autograder.paths import NOTEBOOKS, assignments, source_notebook
-from autograder.reference import grade_id, is_reference_cell
+from autograder.reference import is_reference_cell
 
 from .submissions import release, solution_sources
 
@@ -63,3 +64,14 @@ def test_every_check_has_its_cells_with_matching_points(assignment):
         assert visible.metadata.nbgrader["points"] == check.points
         assert hidden.metadata.nbgrader["points"] == check.hidden_points
         assert cells[f"{question}_study"].source == f'study("{check.name}")'
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_every_test_cell_is_judged_by_checks_worth_its_points(assignment):
+    """At grading time a test cell earns what the judge gives its check() calls, nothing else."""
+    for cell in nbformat.read(source_notebook(assignment), as_version=4).cells:
+        if is_test_cell(cell):
+            calls = check_calls(cell.source)
+            assert calls, f"{grade_id(cell)} calls no check"
+            points = sum(CHECKS[n].hidden_points if hidden else CHECKS[n].points for n, hidden in calls)
+            assert cell.metadata.nbgrader["points"] == points, grade_id(cell)

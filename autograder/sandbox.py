@@ -1,0 +1,187 @@
+"""The grading kernel's sandbox: bubblewrap, resource limits, and a kernel manager that uses them.
+
+Inside the sandbox a student's notebook sees: the Python environment and the system's
+libraries read-only, the autograder package read-only (without the visible cases'
+expected outputs), and one writable folder of its own (its home, the kernel's sockets and
+the exchange with the grader; the cases in it are read-only). It does not see solutions/,
+the gradebook, the output folder, other submissions or the instructor's home. It has no
+network, its own process tree (everything in it dies with the kernel), a private /tmp, and
+rlimits on memory (address space), CPU time and file size.
+
+Measured here (bubblewrap 0.8, torch 2.13 CPU): see README, "Sandbox".
+"""
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Bool, Integer, Unicode
+
+from .exchange import ENV as EXCHANGE_ENV
+from .paths import EXPECTED
+
+PACKAGE = Path(__file__).resolve().parent
+TMP_BYTES = 256 * 2**20  # the sandbox's private /tmp (held in memory)
+SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+SYSTEM_FILES = [  # what the dynamic loader, Python and matplotlib read from /etc
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/fonts",
+    "/etc/alternatives",
+]
+NOBODY = "65534"
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot sandbox a kernel (None: it can). Runs bubblewrap once to see."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (`bwrap`) is not installed"
+    probe = subprocess.run(
+        [bwrap, *_isolation(), *_readonly_system(), "--", "/bin/true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"bubblewrap cannot create a sandbox here: {probe.stderr.strip()[:300]}"
+    return None
+
+
+def _isolation() -> list[str]:
+    return [
+        "--unshare-all",  # network, processes, IPC, hostname, cgroup
+        "--unshare-user",
+        "--uid", NOBODY,
+        "--gid", NOBODY,
+        "--cap-drop", "ALL",
+        "--die-with-parent",  # a killed grader takes its kernels with it
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(TMP_BYTES), "--tmpfs", "/tmp",  # first: binds under /tmp come after it
+    ]  # fmt: skip
+
+
+def _readonly_system() -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in SYSTEM_FILES:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
+def _readonly_python() -> list[str]:
+    """The environment (venv) and the interpreter it was made from, at their own paths."""
+    args: list[str] = []
+    for prefix in dict.fromkeys(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)):
+        args += ["--ro-bind", prefix, prefix]
+    venv = os.path.abspath(sys.prefix)
+    if venv != os.path.realpath(sys.prefix):
+        args += ["--ro-bind", venv, venv]
+    args += ["--ro-bind", str(PACKAGE), str(PACKAGE)]
+    if EXPECTED.is_dir():  # the visible cases' reference outputs: nothing a grading kernel needs
+        args += ["--tmpfs", str(EXPECTED)]
+    return args
+
+
+def bwrap_command(root: Path, threads: int) -> list[str]:
+    """The bubblewrap prefix that runs a kernel with `root` as its only writable folder."""
+    root = root.resolve()
+    home = root / "home"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MiB of address space per thread arena
+        EXCHANGE_ENV: str(root / "exchange"),
+    }
+    args = [shutil.which("bwrap") or "bwrap", *_isolation(), *_readonly_system(), *_readonly_python()]
+    args += ["--bind", str(root), str(root)]
+    args += ["--ro-bind", str(root / "exchange" / "cases"), str(root / "exchange" / "cases")]
+    args += ["--remount-ro", "/", "--chdir", str(home), "--clearenv"]  # writable: root and /tmp only
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    return [*args, "--"]
+
+
+def prepare_root(root: Path) -> None:
+    for sub in ("home", "kernel", "exchange/cases", "exchange/results"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel runs in `root` under bubblewrap and rlimits.
+
+    The connection uses Unix sockets in root/kernel (TCP cannot cross the sandbox's network
+    namespace), and interrupts are sent as messages (a signal to bubblewrap would stop it).
+    With `sandboxed=False` the kernel runs unconfined but keeps the limits and the exchange,
+    for machines without bubblewrap when the instructor asks for it explicitly.
+    """
+
+    root = Unicode(help="The kernel's own folder; created by the grader.").tag(config=True)
+    sandboxed = Bool(True).tag(config=True)
+    memory_bytes = Integer(4 * 2**30, help="RLIMIT_AS of the kernel.").tag(config=True)
+    cpu_seconds = Integer(1800, help="RLIMIT_CPU of the kernel.").tag(config=True)
+    file_bytes = Integer(512 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(
+        config=True
+    )
+    threads = Integer(1, help="Math library threads in the kernel.").tag(config=True)
+    log_file = Unicode(help="Where the kernel process's own stdout and stderr go.").tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        root = Path(self.root)
+        self.transport = "ipc"
+        self.ip = str(root / "kernel" / "ipc")
+        self.connection_file = str(root / "kernel" / "connection.json")
+
+    @property
+    def kernel_spec(self):
+        spec = super().kernel_spec
+        if spec is not None:
+            spec.interrupt_mode = "message"
+        return spec
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        command = super().format_kernel_cmd(extra_arguments)
+        if self.sandboxed:
+            return bwrap_command(Path(self.root), self.threads) + command
+        return command
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        if not self.sandboxed:
+            kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(Path(self.root) / "exchange")}
+            kw["cwd"] = str(Path(self.root) / "home")
+        log = open(self.log_file or os.devnull, "ab")  # noqa: SIM115 (Popen inherits it; closed below)
+        limits = [
+            (resource.RLIMIT_AS, self.memory_bytes),
+            (resource.RLIMIT_CPU, self.cpu_seconds),
+            (resource.RLIMIT_FSIZE, self.file_bytes),
+            (resource.RLIMIT_CORE, 0),
+        ]
+        kw.update(stdout=log, stderr=log, preexec_fn=lambda: _set_limits(limits))
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            log.close()
+
+
+def _set_limits(limits) -> None:
+    for which, value in limits:
+        resource.setrlimit(which, (value, value))
