@@ -125,6 +125,8 @@ def stale_files(root: Path) -> list[str]:
     stale = []
     for folder in (NOTEBOOKS, IMAGES, EXPECTED):
         for committed in folder.rglob("*"):
+            if any(part.startswith(".") for part in committed.relative_to(folder).parts):
+                continue  # not derived: make's stamp, JupyterLab's .ipynb_checkpoints
             if committed.is_file() and not (root / committed.relative_to(REPO)).exists():
                 stale.append(f"{committed.relative_to(REPO)} (no longer built)")
     for fresh in sorted(p for p in root.rglob("*") if p.is_file()):
