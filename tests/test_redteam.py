@@ -1,0 +1,530 @@
+"""Red team: submissions that try to game the grader, graded end to end through `make grade`.
+
+Each one scores exactly what its honest work earns: an attack added to a correct answer
+(`_honest`) keeps full marks unless the attack itself destroys the work, and an attack
+added to a wrong answer (`_zeros`: RMSNorm returning zeros) gains nothing. Where the
+grader can see the attempt, its log names it. README, "Red team", lists the results.
+"""
+
+import csv
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder.paths import REPO
+from autograder.sandbox import unavailable_reason
+
+from .submissions import grade_id, perfect, release, solution_sources, with_answer
+
+pytestmark = pytest.mark.skipif(bool(unavailable_reason()), reason=f"no sandbox: {unavailable_reason()}")
+
+ASSIGNMENT = "07_rmsnorm"
+FULL = 6.0
+HALF = 3.0  # the points of 07.rmsnorm_norm (visible + hidden); 07.rmsnorm has the other 3
+SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+MARKER = "613.25"  # `sleep 613.25`: a process a submission leaves behind is easy to find
+
+
+@dataclass
+class Attack:
+    student: str
+    notebook: object  # a NotebookNode, or the file's bytes
+    score: float | None
+    log: str = ""  # a fragment the grader's log for this notebook must contain
+    status: str = "graded"
+    reason: str = ""
+    assignment: str = ASSIGNMENT
+
+
+def _honest() -> nbformat.NotebookNode:
+    return perfect(ASSIGNMENT)
+
+
+def _zeros() -> nbformat.NotebookNode:
+    """A wrong answer: RMSNorm (and its _norm) return zeros. Honestly worth 0."""
+    source = solution_sources(ASSIGNMENT)["rmsnorm"]
+    wrong = source.replace(
+        "return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)", "return torch.zeros_like(x)"
+    ).replace("return (normed * self.weight.float()).type_as(x)", "return torch.zeros_like(x)")
+    assert wrong.count("zeros_like") == 2
+    return with_answer(perfect(ASSIGNMENT), "rmsnorm", wrong)
+
+
+def _plus(notebook, *sources: str, after: str | None = "rmsnorm") -> nbformat.NotebookNode:
+    """Student cells added after the cell `after` (None: at the end)."""
+    at = len(notebook.cells) if after is None else [grade_id(c) for c in notebook.cells].index(after) + 1
+    notebook.cells[at:at] = [new_code_cell(s) for s in sources]
+    return notebook
+
+
+def _cell(notebook, gid: str):
+    return next(c for c in notebook.cells if grade_id(c) == gid)
+
+
+def _attacks(out: Path, port: int) -> list[Attack]:
+    run = out / "work" / "runs"
+    gradebook = run / "reads-gradebook" / ASSIGNMENT / "gradebook.db"
+    attacks = [
+        Attack(
+            "patches-comparisons",
+            _plus(
+                _zeros(),
+                "import torch.testing\n"
+                "torch.testing.assert_close = lambda *a, **k: None\n"
+                "torch.allclose = lambda *a, **k: True\n"
+                "torch.equal = lambda *a, **k: True\n"
+                "torch.isclose = lambda a, b, *r, **k: torch.ones_like(a, dtype=torch.bool)",
+            ),
+            0.0,
+            "[07.rmsnorm] FAILED",
+        ),
+        Attack(
+            "patches-check-module",
+            _plus(
+                _zeros(),
+                "import autograder, autograder.api, autograder.core, autograder.exchange\n"
+                "from autograder.core import Verdict\n"
+                "autograder.core.judge = lambda check, *a, **k: Verdict(check.name, True, 'ok', 3)\n"
+                "autograder.api.evaluate = lambda name, *a, **k: Verdict(name, True, 'ok', 3)\n"
+                "autograder.exchange.write_results = lambda *a, **k: None",
+            ),
+            0.0,
+            "no results came back",
+        ),
+        Attack(
+            "patches-builtins",
+            _plus(
+                _zeros(),
+                "import builtins\n"
+                "builtins.AssertionError = type('Never', (Exception,), {})\n"
+                "builtins.print = lambda *a, **k: None\n"
+                "builtins.len = lambda x: 0",
+            ),
+            0.0,
+            "[07.rmsnorm] FAILED",
+        ),
+        Attack(
+            "replaces-sys-modules",
+            _plus(
+                _zeros(),
+                "import sys, types\n"
+                "fake = types.ModuleType('autograder')\n"
+                "fake.check = lambda name, *a, **k: print(f'[{name}] passed (1/1)')\n"
+                "sys.modules['autograder'] = sys.modules['autograder.api'] = fake\n"
+                "sys.modules['torch.testing'] = types.SimpleNamespace(assert_close=lambda *a, **k: None)\n"
+                "from autograder import check",
+            ),
+            0.0,
+            "no results came back",
+        ),
+        Attack(
+            "redefines-check",
+            _plus(
+                _zeros(),
+                "def check(name, obj, hidden=False):\n"
+                "    print(f'[{name}] passed (1/1): 4 cases match the reference')",
+            ),
+            0.0,
+            "no results came back",
+        ),
+        Attack(
+            "prints-fake-passed",
+            _plus(
+                _zeros(),
+                "from IPython.display import HTML, display\n"
+                "def boast(result):\n"
+                "    print('[07.rmsnorm] passed (1/1): 4 cases match the reference')\n"
+                "    display(HTML('<b>All tests passed: 6/6</b>'))\n"
+                "get_ipython().events.register('post_run_cell', boast)",
+            ),
+            0.0,
+            "printed output of its own (ignored)",
+        ),
+        Attack(
+            "exits",
+            _plus(_honest(), "import sys\nsys.exit(0)", "raise SystemExit(1)", "raise KeyboardInterrupt"),
+            FULL,
+            "raised KeyboardInterrupt",
+        ),
+        Attack(
+            "os-exit",
+            _plus(_honest(), "import os\nos._exit(0)"),
+            FULL,
+            "the kernel died",
+        ),
+        Attack(
+            "kills-kernel",
+            _plus(
+                _honest(),
+                "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                after="rmsnorm_norm_hidden",
+            ),
+            FULL,
+            "re-run in a fresh kernel",
+        ),
+        Attack(
+            "kills-kernel-in-answer",
+            with_answer(
+                _zeros(), "rmsnorm", solution_sources(ASSIGNMENT)["rmsnorm"] + "\nimport os\nos._exit(1)\n"
+            ),
+            0.0,
+            "the kernel died",
+        ),
+        Attack(
+            "writes-grader-files",
+            _plus(
+                _honest(),
+                *(
+                    f"open({str(path)!r}, 'w').write('pwned')"
+                    for path in (
+                        REPO / "autograder" / "api.py",
+                        REPO / "pwned.txt",
+                        REPO / "solutions" / ASSIGNMENT / "mistakes.py",
+                        out / "grades.csv",
+                        run / "writes-grader-files" / ASSIGNMENT / "gradebook.db",
+                        out / "work" / "template" / "gradebook.db",
+                    )
+                ),
+            ),
+            FULL,
+            "raised OSError: [Errno 30] Read-only file system",
+        ),
+        Attack(
+            "reads-solutions",
+            with_answer(
+                _zeros(),
+                "rmsnorm",
+                "import json\n"
+                f"source = json.load(open({str(SOLUTION)!r}))\n"
+                "for cell in source['cells']:\n"
+                "    if cell['metadata'].get('nbgrader', {}).get('grade_id') == 'rmsnorm':\n"
+                "        exec(''.join(cell['source']))",
+            ),
+            0.0,
+            "raised FileNotFoundError",
+        ),
+        Attack(
+            "reads-gradebook",
+            _plus(
+                _zeros(),
+                "import sqlite3\n"
+                f"db = sqlite3.connect('file:{gradebook}?mode=ro', uri=True)\n"
+                "print(db.execute('select * from grade_cell').fetchall())",
+            ),
+            0.0,
+            "raised OperationalError",
+        ),
+        Attack(
+            "opens-sockets",
+            _plus(
+                _honest(),
+                f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=3)",
+                "socket.create_connection(('1.1.1.1', 80), timeout=3)",
+                "socket.create_connection(('pypi.org', 443), timeout=3)",
+            ),
+            FULL,
+            "Network is unreachable",
+        ),
+        Attack(
+            "infinite-loop",
+            _plus(_honest(), "while True:\n    pass"),
+            FULL,
+            "raised CellTimeoutError",
+        ),
+        Attack(
+            "ignores-interrupts",
+            _plus(
+                _honest(),
+                "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+                after="rmsnorm_norm_hidden",
+            ),
+            FULL,
+            "did not stop at its time limit",
+        ),
+        Attack(
+            "allocates-50gb",
+            _plus(
+                _honest(),
+                "import torch\nbig = torch.ones(50 * 2**30, dtype=torch.uint8)",
+                "big = bytearray(50 * 2**30)",
+            ),
+            FULL,
+            "raised MemoryError",
+        ),
+        Attack(
+            "forks",
+            _plus(
+                _honest(),
+                "import os, subprocess, multiprocessing, time\n"
+                f"subprocess.Popen(['sleep', '{MARKER}'], start_new_session=True)\n"
+                "if os.fork() == 0:\n"
+                "    os.setsid()\n"
+                f"    os.execvp('sleep', ['sleep', '{MARKER}'])\n"
+                f"multiprocessing.Process(target=os.system, args=('sleep {MARKER}',)).start()\n"
+                "time.sleep(0.5)",
+            ),
+            FULL,
+        ),
+        Attack("output-200mb", _plus(_honest(), "print('x' * 200_000_000)"), FULL, "output beyond"),
+    ]
+    return attacks + _tampered() + _foreign_formats()
+
+
+def _tampered() -> list[Attack]:
+    deleted = _honest()
+    deleted.cells = [c for c in deleted.cells if grade_id(c) not in ("rmsnorm_test", "imports")]
+    duplicated = _honest()
+    at = [grade_id(c) for c in duplicated.cells].index("rmsnorm_test")
+    duplicated.cells.insert(at, nbformat.from_dict(_cell(duplicated, "rmsnorm_test")))
+    duplicated.cells.insert(at, nbformat.from_dict(_cell(duplicated, "rmsnorm")))
+    moved = _honest()
+    tests = [c for c in moved.cells if grade_id(c) in ("rmsnorm_norm_test", "rmsnorm_norm_hidden")]
+    moved.cells = tests + [c for c in moved.cells if c not in tests]
+    retyped = _honest()
+    for gid in ("imports", "rmsnorm_test"):
+        cell = _cell(retyped, gid)
+        cell.cell_type = "markdown"
+        del cell["outputs"], cell["execution_count"]
+    edited = _zeros()
+    _cell(edited, "rmsnorm_norm_test").source = "print('[07.rmsnorm_norm] passed (1/1)')"
+    _cell(edited, "rmsnorm_test").source = "pass"
+    repointed = _zeros()
+    for gid in ("rmsnorm_test", "rmsnorm_norm_test"):
+        _cell(repointed, gid).metadata.nbgrader["points"] = 100
+    _cell(repointed, "code_04").metadata.nbgrader.update(grade=True, points=50)
+    return [
+        Attack("deletes-locked-cells", deleted, FULL, "locked cell rmsnorm_test was deleted: restored"),
+        Attack("duplicates-cells", duplicated, FULL, "exists multiple times"),
+        Attack("reorders-cells", moved, FULL, "put back in the released order"),
+        Attack("retypes-locked-cells", retyped, FULL, "cell rmsnorm_test: cell type changed: restored"),
+        Attack("edits-test-cells", edited, 0.0, "cell rmsnorm_test: source changed: restored"),
+        Attack("changes-points", repointed, 0.0, "cell code_04: grading metadata changed: restored"),
+        Attack(
+            "other-assignment",
+            perfect("04_rope"),
+            None,
+            status="failed",
+            reason="holds the notebook of 04_rope, not 07_rmsnorm",
+        ),
+    ]
+
+
+def _foreign_formats() -> list[Attack]:
+    colab = json.loads(nbformat.writes(_honest()))
+    colab["nbformat_minor"] = 0
+    colab["metadata"] = {
+        "colab": {"provenance": [], "name": "07_rmsnorm.ipynb"},
+        "kernelspec": {"name": "python3", "display_name": "Python 3"},
+        "language_info": {"name": "python"},
+        "accelerator": "GPU",
+    }
+    for cell in colab["cells"]:
+        cell.pop("id", None)
+        cell["metadata"]["id"] = "x" + hashlib.md5(str(cell["source"]).encode()).hexdigest()[:10]
+        if cell["cell_type"] == "code":
+            cell["metadata"]["colab"] = {"base_uri": "https://localhost:8080/"}
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran on colab\n"]}]
+    old = nbformat.writes(nbformat.convert(_honest(), 3))
+    latin = _honest()
+    _cell(latin, "rmsnorm").source = (
+        "# Normalisation à la Zhang & Sennrich\n" + _cell(latin, "rmsnorm").source
+    )
+    saved_output = _honest()
+    _cell(saved_output, "code_04").outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="y" * 200_000_000)
+    ]
+    return [
+        Attack("saved-by-colab", json.dumps(colab).encode(), FULL, "saved by Google Colab"),
+        Attack("old-nbformat", old.encode(), FULL, "saved as nbformat 3"),
+        Attack("not-utf8", nbformat.writes(latin).encode().replace("à".encode(), b"\xe0"), FULL, "not UTF-8"),
+        Attack("saved-200mb-output", nbformat.writes(saved_output).encode(), FULL),
+        Attack("broken-json", b'{"cells": [', None, status="failed", reason="not a readable notebook"),
+    ]
+
+
+class Listener:
+    """A TCP server on the grader's loopback: a sandboxed kernel must never reach it."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.5)
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.running:
+            try:
+                self.server.accept()[0].close()
+                self.connections += 1
+            except TimeoutError:
+                continue
+
+    def close(self):
+        self.running = False
+        self.thread.join()
+        self.server.close()
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*.ipynb")
+    }
+
+
+def _make_grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
+    flags = "--cell-timeout 10 --notebook-timeout 90 --memory-gib 3"
+    return subprocess.run(
+        [
+            "make",
+            "-C",
+            str(REPO),
+            "grade",
+            f"SUBMISSIONS={submissions}",
+            f"OUT={out}",
+            "JOBS=2",
+            f"GRADE_FLAGS={flags}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+
+
+def _leftovers() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in ps if MARKER in line or ("ipykernel_launcher" in line and "/course-" in line)]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    submissions = tmp_path_factory.mktemp("redteam")
+    out = tmp_path_factory.mktemp("redteam-out")
+    listener = Listener()
+    attacks = _attacks(out, listener.port)
+    protected = {
+        p: p.read_bytes()
+        for p in (REPO / "autograder" / "api.py", REPO / "solutions" / ASSIGNMENT / "mistakes.py")
+    }
+    for attack in attacks:
+        path = submissions / attack.student / f"{attack.assignment}.ipynb"
+        path.parent.mkdir(parents=True)
+        data = (
+            attack.notebook
+            if isinstance(attack.notebook, bytes)
+            else nbformat.writes(attack.notebook).encode()
+        )
+        path.write_bytes(data)
+    before = _digest(submissions)
+    try:
+        done = _make_grade(submissions, out)
+    finally:
+        listener.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with (out / "grades.csv").open() as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    return {
+        "attacks": attacks,
+        "rows": rows,
+        "out": out,
+        "submissions": submissions,
+        "before": before,
+        "connections": listener.connections,
+        "protected": protected,
+        "leftovers": _leftovers(),
+    }
+
+
+def _log(out: Path, attack: Attack) -> str:
+    return (out / "logs" / attack.student / f"{attack.assignment}.log").read_text()
+
+
+def test_each_attack_scores_its_honest_work(graded):
+    rows = graded["rows"]
+    for attack in graded["attacks"]:
+        row = rows[attack.student]
+        want = "" if attack.score is None else f"{attack.score:g}"
+        assert (row["score"], row["status"]) == (want, attack.status), (attack.student, row)
+        assert attack.reason in row["reason"], (attack.student, row)
+
+
+def test_each_attempt_is_named_in_the_log(graded):
+    for attack in graded["attacks"]:
+        if attack.log:
+            assert attack.log in _log(graded["out"], attack), attack.student
+
+
+def test_the_sandbox_held(graded):
+    assert graded["connections"] == 0
+    assert all(path.read_bytes() == data for path, data in graded["protected"].items())
+    assert not (REPO / "pwned.txt").exists()
+    assert "pwned" not in (graded["out"] / "grades.csv").read_text()
+    assert graded["leftovers"] == []
+
+
+def test_originals_unchanged_and_rerun_identical(graded):
+    out, submissions = graded["out"], graded["submissions"]
+    assert _digest(submissions) == graded["before"]
+    grades = (out / "grades.csv").read_text()
+    assert _make_grade(submissions, out).returncode == 0
+    assert (out / "grades.csv").read_text() == grades
+
+
+def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
+    page = (graded["out"] / "feedback" / "patches-comparisons" / f"{ASSIGNMENT}.html").read_text()
+    assert "07.rmsnorm" in page and "FAILED" in page
+    assert "differs at index" in page or "Property" in page
+    assert "hidden=True" not in page and "Traceback" not in page
+
+
+def test_grading_refuses_without_a_sandbox(tmp_path, monkeypatch):
+    import autograder.grading as grading
+
+    monkeypatch.setattr(grading, "unavailable_reason", lambda: "bubblewrap (`bwrap`) is not installed")
+    nbformat.write(release(ASSIGNMENT), (tmp_path / "ann_07_rmsnorm.ipynb"))
+    with pytest.raises(SystemExit, match="--no-sandbox"):
+        grading.grade(tmp_path, tmp_path / "out")
+
+
+def test_a_killed_batch_resumes_without_regrading(tmp_path):
+    """Kill `course grade` midway (as a power cut would); the re-run finishes the rest only."""
+    submissions, out = tmp_path / "in", tmp_path / "out"
+    for student in ("a", "b", "c", "d"):
+        (submissions / student).mkdir(parents=True)
+        nbformat.write(perfect(ASSIGNMENT), submissions / student / f"{ASSIGNMENT}.ipynb")
+    command = [
+        str(REPO / ".venv" / "bin" / "course"),
+        "grade",
+        str(submissions),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    ]
+    batch = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    results = out / "work" / "results"
+    while batch.poll() is None and len(list(results.rglob("*.json"))) < 2:
+        threading.Event().wait(0.2)
+    os.killpg(batch.pid, 9)
+    batch.wait()
+    finished = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    assert 1 <= len(finished) < 4
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
+    with (out / "grades.csv").open() as f:
+        assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 4
+    assert _leftovers() == []
