@@ -11,7 +11,7 @@ Layout of OUT:
     work/results/<student>/<nb>.json the outcome of each submission and the hash of the file graded:
                                      present and same hash = done (resume, idempotence)
     work/runs/<student>/<nb>/kernel.log  what the sandboxed kernel process itself printed
-    work/hidden_seed                 the batch's seed for all cases (same grades on a re-run)
+    work/case_seed                   the batch's seed for all cases (same grades on a re-run)
 
 Each submission is graded in its own process and its own copy of the gradebook, so one
 broken notebook never stops the batch and a batch killed midway resumes where it stopped.
@@ -53,7 +53,7 @@ class Limits:
     notebook_timeout: int = 900  # seconds for the whole notebook (wall clock)
     output_lines: int = 1000  # nbgrader's LimitOutput keeps at most this many lines per output
     output_bytes: int = 4 * 2**20  # output kept per notebook; the rest is dropped while it runs
-    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS); see README, "Sandbox"
+    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS): README, "Measured"
     sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
 
 
@@ -350,7 +350,7 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
         )
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    seed_file = work / "hidden_seed"
+    seed_file = work / "case_seed"
     if not seed_file.exists():
         seed_file.write_text(str(secrets.randbits(31)))
     seed = int(seed_file.read_text())

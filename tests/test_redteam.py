@@ -23,6 +23,7 @@ from nbformat.v4 import new_code_cell
 from autograder.paths import REPO
 from autograder.sandbox import unavailable_reason
 
+from .feedback import page_text
 from .submissions import grade_id, perfect, release, solution_sources, with_answer
 
 pytestmark = pytest.mark.skipif(bool(unavailable_reason()), reason=f"no sandbox: {unavailable_reason()}")
@@ -483,10 +484,11 @@ def test_originals_unchanged_and_rerun_identical(graded):
 
 
 def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
-    page = (graded["out"] / "feedback" / "patches-comparisons" / f"{ASSIGNMENT}.html").read_text()
-    assert "07.rmsnorm" in page and "FAILED" in page
-    assert "differs at index" in page or "Property" in page
-    assert "hidden=True" not in page and "Traceback" not in page
+    text = page_text(graded["out"] / "feedback" / "patches-comparisons" / f"{ASSIGNMENT}.html")
+    assert "[07.rmsnorm] FAILED (0/2): case " in text  # the hidden check: which case, by how much
+    assert "differs at index" in text and "largest difference" in text
+    assert "Property 'matches torch.nn.functional.rms_norm' fails too" in text
+    assert "hidden=True" not in text and "Traceback" not in text
 
 
 def test_grading_refuses_without_a_sandbox(tmp_path, monkeypatch):
