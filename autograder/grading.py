@@ -2,6 +2,8 @@
 
 Layout of OUT:
     grades.csv                       student, notebook, score, max_score, status, reason
+    course/                          one nbgrader course with every graded submission, for
+                                     `nbgrader formgrader` and `nbgrader export` (cd there first)
     feedback/<student>/<nb>.html     one page per graded notebook
     logs/<student>/<nb>.log          the grader's log: what was restored, what the sandbox refused,
                                      each verdict (or the grader's traceback, where grading failed)
@@ -336,6 +338,66 @@ def _write_failure_page(out: Path, submission: Submission, result: Result) -> No
     )
 
 
+# ------------------------------------------------------------------------------ one course for formgrader
+
+
+def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) -> Path:
+    """OUT/course: one nbgrader course holding every graded submission and its grades.
+
+    Each submission was graded in a course of its own (so they run in parallel); this puts
+    them together for nbgrader's own tools: `cd OUT/course && nbgrader formgrader` (manual
+    grading, review) or `nbgrader export`. Its nbgrader_config.py is the grading config, so
+    autograding or feedback started from there sandboxes and judges the same way. Rebuilt
+    from work/ on every run, so it always matches grades.csv.
+    """
+    work, course, staging = out / "work", out / "course", out / "course.partial"
+    template = work / "template"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(template, staging, ignore=shutil.ignore_patterns("solutions_sha256"))
+    with Gradebook(f"sqlite:///{staging / 'gradebook.db'}") as merged:
+        for result in results:
+            if result.status == "failed":
+                continue
+            run = work / "runs" / result.student / result.notebook
+            for stage in ("submitted", "autograded"):
+                shutil.copytree(
+                    run / stage / result.student / result.notebook,
+                    staging / stage / result.student / result.notebook,
+                )
+            with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as single:
+                _copy_grades(single, merged, result.notebook, result.student)
+    config = _grading_config(course, course, limits, seed, threads=1)
+    (staging / "nbgrader_config.py").write_text(_config_file(config))
+    shutil.rmtree(course, ignore_errors=True)
+    staging.rename(course)
+    return course
+
+
+def _copy_grades(source: Gradebook, target: Gradebook, assignment: str, student: str) -> None:
+    graded = source.find_submission(assignment, student)
+    target.update_or_create_student(student)
+    target.add_submission(assignment, student, timestamp=graded.timestamp)
+    for notebook in graded.notebooks:
+        for grade in notebook.grades:
+            copy = target.find_grade(grade.name, notebook.name, assignment, student)
+            copy.auto_score, copy.manual_score = grade.auto_score, grade.manual_score
+            copy.needs_manual_grade = grade.needs_manual_grade
+        for comment in notebook.comments:
+            copy = target.find_comment(comment.name, notebook.name, assignment, student)
+            copy.auto_comment, copy.manual_comment = comment.auto_comment, comment.manual_comment
+    target.db.commit()
+
+
+def _config_file(config) -> str:
+    lines = [
+        "# The configuration `course grade` graded this batch with (written by it).",
+        "c = get_config()  # noqa",
+    ]
+    for section, values in config.items():
+        lines += [f"c.{section}.{key} = {value!r}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------ the batch
 
 
@@ -362,6 +424,7 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
         futures = [pool.submit(grade_one, s, out, limits, seed, threads) for s in submissions]
         results += [f.result() for f in futures]
     results.sort(key=lambda r: (r.student, r.notebook))
+    merge_course(out, results, limits, seed)
     write_csv(out / "grades.csv", results)
     return results
 

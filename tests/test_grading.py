@@ -3,6 +3,8 @@
 import csv
 import hashlib
 import html
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -211,3 +213,17 @@ def test_resume_regrades_only_what_is_missing_or_changed(graded):
         now = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
     assert now[("untouched", "04_rope")]["score"] == "9"
     assert now[("untouched", "07_rmsnorm")] == rows[("untouched", "07_rmsnorm")]
+
+
+def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
+    """OUT/course is one nbgrader course: `nbgrader export` (and formgrader) see the same grades."""
+    _, rows, out, *_ = graded
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    done = subprocess.run([str(nbgrader), "export"], cwd=out / "course", capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with (out / "course" / "grades.csv").open() as f:
+        exported = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+    for key, row in rows.items():
+        if row["status"] != "failed":
+            assert float(exported[key]["score"]) == float(row["score"]), key
+            assert float(exported[key]["max_score"]) == float(row["max_score"]), key
