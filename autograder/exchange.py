@@ -10,7 +10,10 @@ checked for shape: a list with one entry per case, each a dict of CPU tensors or
 of an error. Anything else is a malformed result, which fails the check.
 """
 
+import io
 import os
+import shutil
+import stat
 from pathlib import Path
 
 import torch
@@ -40,12 +43,19 @@ def directory() -> Path | None:
 
 
 def prepare(exchange: Path) -> None:
-    """Empty folders before a test cell: results can only come from this cell's run."""
+    """Empty folders before a test cell: results can only come from this cell's run.
+
+    What the kernel left in results/ is removed without following links (a symlink goes,
+    not its target; a folder goes with shutil.rmtree, which does not follow them either).
+    """
     for sub in ("cases", "results"):
         folder = exchange / sub
         folder.mkdir(parents=True, exist_ok=True)
         for stale in folder.iterdir():
-            stale.unlink()
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
 
 
 def write_cases(exchange: Path, name: str, hidden: bool, cases: list[Case]) -> None:
@@ -59,12 +69,24 @@ def read_results(exchange: Path, name: str, hidden: bool, n_cases: int) -> list[
     Raises MalformedResults when the file is there but is not results.
     """
     path = exchange / "results" / f"{key(name, hidden)}.pt"
-    if not path.is_file():
+    try:  # never through a symlink, never blocking on a FIFO the kernel put there
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         return None
-    if path.stat().st_size > MAX_RESULT_BYTES:
-        raise MalformedResults(f"the results are larger than {MAX_RESULT_BYTES // 2**20} MiB")
+    except OSError as error:
+        raise MalformedResults(f"the results are not a plain file ({error.strerror})") from None
     try:
-        data = torch.load(path, weights_only=True, map_location="cpu")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise MalformedResults("the results are not a plain file")
+        if status.st_size > MAX_RESULT_BYTES:
+            raise MalformedResults(f"the results are larger than {MAX_RESULT_BYTES // 2**20} MiB")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            raw = file.read(MAX_RESULT_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        data = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as error:
         raise MalformedResults(f"the results file cannot be read as data ({type(error).__name__})") from None
     return _validated(data, n_cases)

@@ -2,8 +2,8 @@
 
 Inside the sandbox a student's notebook sees: the Python environment and the system's
 libraries read-only, the autograder package read-only (without the visible cases'
-expected outputs), and one writable folder of its own (its home, the kernel's sockets and
-the exchange with the grader; the cases in it are read-only). It does not see solutions/,
+expected outputs), and the folders of its root (LAYOUT: its home, the kernel's sockets,
+the exchange with the grader), each writable or not as marked. It does not see solutions/,
 the gradebook, the output folder, other submissions or the instructor's home. It has no
 network, its own process tree (everything in it dies with the kernel), a private /tmp, and
 rlimits on memory (address space), CPU time and file size.
@@ -97,13 +97,29 @@ def _readonly_python() -> list[str]:
     return args
 
 
+# The kernel's root, as the grader lays it out. Only the folders marked writable are, and
+# each is its own mount point inside the sandbox: the kernel can fill them but cannot
+# replace one with a symlink that the grader would then follow outside the sandbox.
+LAYOUT = {
+    "home": "writable",  # the kernel's working directory and $HOME
+    "kernel": "writable",  # the Unix sockets of the kernel's channels
+    "connection": "read-only",  # connection.json, written by the grader before the start
+    "exchange/cases": "read-only",  # the cases of the test cell about to run
+    "exchange/results": "writable",  # what check() sends back
+}
+
+
+def prepare_root(root: Path) -> None:
+    for sub in LAYOUT:
+        (root / sub).mkdir(parents=True, exist_ok=True)
+
+
 def bwrap_command(root: Path, threads: int) -> list[str]:
-    """The bubblewrap prefix that runs a kernel with `root` as its only writable folder."""
+    """The bubblewrap prefix that runs a kernel whose only writable places are its root's folders."""
     root = root.resolve()
-    home = root / "home"
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(home),
+        "HOME": str(root / "home"),
         "LANG": "C.UTF-8",
         "MPLCONFIGDIR": "/tmp/matplotlib",
         "PYTHONNOUSERSITE": "1",
@@ -113,17 +129,12 @@ def bwrap_command(root: Path, threads: int) -> list[str]:
         EXCHANGE_ENV: str(root / "exchange"),
     }
     args = [shutil.which("bwrap") or "bwrap", *_isolation(), *_readonly_system(), *_readonly_python()]
-    args += ["--bind", str(root), str(root)]
-    args += ["--ro-bind", str(root / "exchange" / "cases"), str(root / "exchange" / "cases")]
-    args += ["--remount-ro", "/", "--chdir", str(home), "--clearenv"]  # writable: root and /tmp only
+    for sub, access in LAYOUT.items():
+        args += ["--bind" if access == "writable" else "--ro-bind", str(root / sub), str(root / sub)]
+    args += ["--remount-ro", "/", "--chdir", str(root / "home"), "--clearenv"]  # then only those and /tmp
     for name, value in env.items():
         args += ["--setenv", name, value]
     return [*args, "--"]
-
-
-def prepare_root(root: Path) -> None:
-    for sub in ("home", "kernel", "exchange/cases", "exchange/results"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -150,7 +161,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         root = Path(self.root)
         self.transport = "ipc"
         self.ip = str(root / "kernel" / "ipc")
-        self.connection_file = str(root / "kernel" / "connection.json")
+        self.connection_file = str(root / "connection" / "connection.json")
 
     @property
     def kernel_spec(self):

@@ -1,5 +1,6 @@
 """The channel from a grading kernel to the judge: only well-formed data gets through."""
 
+import os
 import pickle
 
 import pytest
@@ -108,3 +109,17 @@ def test_check_calls_are_read_from_the_test_source():
         check_calls("check(name, RoPE)")
     with pytest.raises(ValueError):
         check_calls('check("04.rope_forward", RoPE, hidden=flag)')
+
+
+def test_links_fifos_and_folders_in_results_are_never_followed(folder, tmp_path_factory):
+    secret = tmp_path_factory.mktemp("outside") / "secret.pt"
+    torch.save([{"y": torch.ones(1)}], secret)
+    (folder / "results" / "07.rmsnorm.pt").symlink_to(secret)
+    os.mkfifo(folder / "results" / "07.rmsnorm.hidden.pt")
+    (folder / "results" / "07.rmsnorm_norm.pt").mkdir()
+    (folder / "results" / "07.rmsnorm_norm.pt" / "inner").symlink_to(secret)
+    for name, hidden in (("07.rmsnorm", False), ("07.rmsnorm", True), ("07.rmsnorm_norm", False)):
+        with pytest.raises(exchange.MalformedResults, match="not a plain file"):
+            exchange.read_results(folder, name, hidden, 1)
+    exchange.prepare(folder)
+    assert list((folder / "results").iterdir()) == [] and secret.exists()

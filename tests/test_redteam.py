@@ -151,6 +151,22 @@ def _attacks(out: Path, port: int) -> list[Attack]:
             "printed output of its own (ignored)",
         ),
         Attack(
+            "plants-symlinks",
+            _plus(
+                _zeros(),
+                "import os, autograder.exchange\n"
+                "def plant(folder, name, hidden, results):\n"
+                "    link = folder / 'results' / f'{autograder.exchange.key(name, hidden)}.pt'\n"
+                "    if hidden:\n"
+                "        os.mkfifo(link)\n"
+                "    else:\n"
+                f"        os.symlink({str(REPO / 'autograder' / 'expected' / '07.rmsnorm.pt')!r}, link)\n"
+                "autograder.exchange.write_results = plant",
+            ),
+            0.0,
+            "not a plain file",
+        ),
+        Attack(
             "exits",
             _plus(_honest(), "import sys\nsys.exit(0)", "raise SystemExit(1)", "raise KeyboardInterrupt"),
             FULL,
