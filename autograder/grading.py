@@ -78,6 +78,7 @@ class Result:
 
 # ------------------------------------------------------------------------------ discovery
 
+MAX_ARCHIVE_BYTES = 8 * 2**30  # a class's zip; more is a zip bomb, not notebooks
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 
 
@@ -127,6 +128,9 @@ def _identify(relative: Path, known: list[str]) -> tuple[str | None, str | None]
 
 def _safe_extract(archive: Path, target: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
+        unpacked = sum(member.file_size for member in zf.infolist())
+        if unpacked > MAX_ARCHIVE_BYTES:
+            raise SystemExit(f"{archive}: refusing to unpack {unpacked / 2**30:.1f} GiB (more than 8 GiB)")
         for member in zf.infolist():
             destination = (target / member.filename).resolve()
             if not destination.is_relative_to(target.resolve()):

@@ -26,7 +26,7 @@ from .exchange import ENV as EXCHANGE_ENV
 from .paths import EXPECTED
 
 PACKAGE = Path(__file__).resolve().parent
-TMP_BYTES = 256 * 2**20  # the sandbox's private /tmp (held in memory)
+TMP_BYTES = 256 * 2**20  # each of the sandbox's private tmpfs, /tmp and its home (held in memory)
 SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 SYSTEM_FILES = [  # what the dynamic loader, Python and matplotlib read from /etc
     "/etc/ld.so.cache",
@@ -100,8 +100,9 @@ def _readonly_python() -> list[str]:
 # The kernel's root, as the grader lays it out. Only the folders marked writable are, and
 # each is its own mount point inside the sandbox: the kernel can fill them but cannot
 # replace one with a symlink that the grader would then follow outside the sandbox.
+# "private" is a size-limited tmpfs of the sandbox's own, which the grader never reads.
 LAYOUT = {
-    "home": "writable",  # the kernel's working directory and $HOME
+    "home": "private",  # the kernel's working directory and $HOME
     "kernel": "writable",  # the Unix sockets of the kernel's channels
     "connection": "read-only",  # connection.json, written by the grader before the start
     "exchange/cases": "read-only",  # the cases of the test cell about to run
@@ -130,7 +131,10 @@ def bwrap_command(root: Path, threads: int) -> list[str]:
     }
     args = [shutil.which("bwrap") or "bwrap", *_isolation(), *_readonly_system(), *_readonly_python()]
     for sub, access in LAYOUT.items():
-        args += ["--bind" if access == "writable" else "--ro-bind", str(root / sub), str(root / sub)]
+        if access == "private":
+            args += ["--size", str(TMP_BYTES), "--tmpfs", str(root / sub)]
+        else:
+            args += ["--bind" if access == "writable" else "--ro-bind", str(root / sub), str(root / sub)]
     args += ["--remount-ro", "/", "--chdir", str(root / "home"), "--clearenv"]  # then only those and /tmp
     for name, value in env.items():
         args += ["--setenv", name, value]

@@ -227,3 +227,14 @@ def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
         if row["status"] != "failed":
             assert float(exported[key]["score"]) == float(row["score"]), key
             assert float(exported[key]["max_score"]) == float(row["max_score"]), key
+
+
+def test_a_zip_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
+    import autograder.grading as grading
+
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ann/07_rmsnorm.ipynb", "0" * 10_000)
+    monkeypatch.setattr(grading, "MAX_ARCHIVE_BYTES", 1000)
+    with pytest.raises(SystemExit, match="refusing to unpack"):
+        find_submissions(archive, tmp_path / "work")
