@@ -217,7 +217,9 @@ def test_resume_regrades_only_what_is_missing_or_changed(graded):
 
 def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
     """OUT/course is one nbgrader course: `nbgrader export` (and formgrader) see the same grades."""
-    _, rows, out, *_ = graded
+    out = graded[2]
+    with (out / "grades.csv").open() as f:  # as of now: other tests re-grade into this folder
+        rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
     nbgrader = Path(sys.executable).parent / "nbgrader"
     done = subprocess.run([str(nbgrader), "export"], cwd=out / "course", capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
