@@ -12,8 +12,9 @@ of an error. Anything else is a malformed result, which fails the check.
 
 import io
 import os
-import shutil
 import stat
+import subprocess
+import zipfile
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from .core import Case, RunResult
 ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs stage 2 alone
 MAX_RESULT_BYTES = 256 * 2**20
 MAX_ERROR_CHARS = 2000
+MAX_ELEMENTS = 2**24  # per result tensor; the checks' outputs are far smaller
 
 
 class MalformedResults(ValueError):
@@ -46,16 +48,24 @@ def prepare(exchange: Path) -> None:
     """Empty folders before a test cell: results can only come from this cell's run.
 
     What the kernel left in results/ is removed without following links (a symlink goes,
-    not its target; a folder goes with shutil.rmtree, which does not follow them either).
+    not its target).
     """
     for sub in ("cases", "results"):
         folder = exchange / sub
         folder.mkdir(parents=True, exist_ok=True)
         for stale in folder.iterdir():
             if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale)
+                remove_tree(stale)
             else:
                 stale.unlink()
+
+
+def remove_tree(folder: Path) -> None:
+    """Delete a real folder a kernel wrote into: links inside are removed, never followed, at
+    any depth and whatever modes the kernel set (chmod -R skips links it meets; Python 3.11.7's
+    TemporaryDirectory cleanup would chmod their targets, and rmtree recurses in Python)."""
+    subprocess.run(["chmod", "-R", "u+rwX", "--", str(folder)], capture_output=True)
+    subprocess.run(["rm", "-rf", "--", str(folder)], capture_output=True, check=True)
 
 
 def write_cases(exchange: Path, name: str, hidden: bool, cases: list[Case]) -> None:
@@ -85,11 +95,26 @@ def read_results(exchange: Path, name: str, hidden: bool, n_cases: int) -> list[
             raw = file.read(MAX_RESULT_BYTES + 1)
     finally:
         os.close(fd)
+    _check_archive(raw)
     try:
         data = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as error:
         raise MalformedResults(f"the results file cannot be read as data ({type(error).__name__})") from None
     return _validated(data, n_cases)
+
+
+def _check_archive(raw: bytes) -> None:
+    """torch.save writes a zip of stored (uncompressed) entries; anything else could unpack to
+    far more than the file's size (a compressed bomb) and is refused before loading."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            entries = archive.infolist()
+    except zipfile.BadZipFile:
+        raise MalformedResults("the results file is not what torch.save writes") from None
+    if any(e.compress_type != zipfile.ZIP_STORED for e in entries) or sum(e.file_size for e in entries) > len(
+        raw
+    ):
+        raise MalformedResults("the results file holds compressed data")
 
 
 def _validated(data, n_cases: int) -> list[RunResult]:
@@ -99,11 +124,15 @@ def _validated(data, n_cases: int) -> list[RunResult]:
     for entry in data:
         if isinstance(entry, str):
             results.append(entry[:MAX_ERROR_CHARS])
+        elif isinstance(entry, dict) and any(
+            isinstance(v, torch.Tensor) and v.numel() > MAX_ELEMENTS for v in entry.values()
+        ):  # a zero-stride view of one stored number can claim billions of elements
+            raise MalformedResults(f"a result tensor has more than {MAX_ELEMENTS} elements")
         elif isinstance(entry, dict) and all(
             isinstance(k, str) and type(v) is torch.Tensor and v.layout == torch.strided
             for k, v in entry.items()
         ):
-            results.append(dict(entry))
+            results.append({k: v.contiguous().clone() for k, v in entry.items()})
         else:
             raise MalformedResults("a result is neither a dict of tensors nor an error message")
     return results

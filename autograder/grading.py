@@ -27,12 +27,14 @@ import html
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import traceback
 import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,7 +45,6 @@ from sqlalchemy.exc import SAWarning
 
 from .build import generate_all, nbgrader_config
 from .paths import SOLUTIONS, assignments
-from .preprocessors import REASON
 from .sandbox import unavailable_reason
 
 STATUSES = ("graded", "needs_manual_grading", "failed")
@@ -79,50 +80,77 @@ class Result:
 # ------------------------------------------------------------------------------ discovery
 
 MAX_ARCHIVE_BYTES = 8 * 2**30  # a class's zip; more is a zip bomb, not notebooks
+MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
+KERNEL_LOG_BYTES = 2**20  # what is kept of the kernel process's own output
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 
 
 def find_submissions(source: Path, work: Path) -> tuple[list[Submission], list[Result]]:
     """Copy what `source` holds into work/inbox; return the submissions and what was rejected.
 
-    Accepted: <student>/<notebook>.ipynb, flat <student>_<notebook>.ipynb, or a zip of either.
+    Accepted: <student>/<notebook>.ipynb, flat <student>_<notebook>.ipynb, or a zip of either
+    (folders all the files share, such as an LMS export's top folder, are looked through).
+    A student's files are only ever the ones directly in their folder, and two files for one
+    notebook are both rejected rather than one picked.
     """
     inbox = work / "inbox"
     shutil.rmtree(inbox, ignore_errors=True)
     if zipfile.is_zipfile(source):
         _safe_extract(source, inbox)
-    elif source.is_dir():
-        shutil.copytree(source, inbox, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX"))
+    elif source.is_dir():  # links are copied as links, then refused: a submission is a file
+        shutil.copytree(
+            source, inbox, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX")
+        )
     else:
         raise SystemExit(f"{source} is neither a folder nor a zip file")
+    paths = [
+        p.relative_to(inbox)
+        for p in sorted(inbox.rglob("*.ipynb"))
+        if not any(part in (".ipynb_checkpoints", "__MACOSX") for part in p.parts)
+    ]
+    wrapper = _shared_folders(paths)
     known = assignments()
-    found: dict[tuple[str, str], Submission] = {}
+    found: dict[tuple[str, str], list[Path]] = {}
     rejected: list[Result] = []
-    for path in sorted(inbox.rglob("*.ipynb")):
-        if any(part in (".ipynb_checkpoints", "__MACOSX") for part in path.parts):
-            continue
-        student, notebook = _identify(path.relative_to(inbox), known)
-        if student is None or not STUDENT_ID.match(student):
+    for relative in paths:
+        student, notebook = _identify(Path(*relative.parts[wrapper:]), known)
+        if (inbox / relative).is_symlink() or not (inbox / relative).is_file():
+            rejected.append(_failed(str(relative), notebook or "", "not a plain file"))
+        elif student is None or not STUDENT_ID.match(student):
             reason = "cannot tell the student and notebook from this file name"
-            rejected.append(_failed(str(path.relative_to(inbox)), notebook or "", reason))
+            rejected.append(_failed(str(relative), notebook or "", reason))
         elif notebook is None:
-            rejected.append(_failed(student, path.stem, "not a notebook of this course"))
-        elif (student, notebook) in found:
-            reason = f"more than one file for this notebook ({path.relative_to(inbox)})"
-            rejected.append(_failed(student, notebook, reason))
+            rejected.append(_failed(student, relative.stem, "not a notebook of this course"))
         else:
-            found[(student, notebook)] = Submission(student, notebook, path)
-    return list(found.values()), rejected
+            found.setdefault((student, notebook), []).append(relative)
+    submissions = []
+    for (student, notebook), files in found.items():
+        if len(files) == 1:
+            submissions.append(Submission(student, notebook, inbox / files[0]))
+        else:
+            names = ", ".join(map(str, files))
+            rejected.append(_failed(student, notebook, f"more than one file for this notebook ({names})"))
+    return submissions, rejected
+
+
+def _shared_folders(paths: list[Path]) -> int:
+    """How many leading folders every path shares, keeping a student folder when all are nested."""
+    shared = 0
+    while paths and all(
+        len(p.parts) > shared + 2 and p.parts[shared] == paths[0].parts[shared] for p in paths
+    ):
+        shared += 1
+    return shared
 
 
 def _identify(relative: Path, known: list[str]) -> tuple[str | None, str | None]:
     stem = relative.stem
-    if len(relative.parts) >= 2:  # <...>/<student>/<notebook>.ipynb
-        student = relative.parts[-2]
-        return student, next((a for a in known if stem == a or stem.startswith(a)), None)
-    for assignment in known:  # <student>_<notebook>.ipynb
-        if stem.endswith("_" + assignment):
-            return stem[: -len(assignment) - 1], assignment
+    if len(relative.parts) == 2:  # <student>/<notebook>.ipynb
+        return relative.parts[0], next((a for a in known if stem == a or stem.startswith(a)), None)
+    if len(relative.parts) == 1:  # <student>_<notebook>.ipynb
+        for assignment in known:
+            if stem.endswith("_" + assignment):
+                return stem[: -len(assignment) - 1], assignment
     return None, None
 
 
@@ -184,6 +212,7 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             ],
             "autograde_preprocessors": [
                 "autograder.preprocessors.JudgedExecute",
+                "autograder.preprocessors.FenceStudentMarkdown",
                 "nbgrader.preprocessors.IgnorePattern",
                 "nbconvert.preprocessors.ClearMetadataPreprocessor",
                 "nbgrader.preprocessors.LimitOutput",
@@ -199,6 +228,7 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             "batch_seed": seed,
             "sandboxed": limits.sandboxed,
             "kernel_log": str(run / "kernel.log"),
+            "reasons_file": str(run / "reasons.json"),
         },
         SandboxedKernelManager={
             "memory_bytes": limits.memory_bytes,
@@ -207,6 +237,9 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             "threads": threads,
         },
         Canonicalize={"release_directory": str(template / "release")},
+        # Students' HTML and JavaScript outputs must not run in the instructor's browser
+        # (feedback pages, formgrader): nbconvert keeps <script> unless asked to sanitise.
+        HTMLExporter={"sanitize_html": True},
         LimitOutput={"max_lines": limits.output_lines},
         GenerateFeedback={
             "preprocessors": [
@@ -224,30 +257,50 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
 
 def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, threads: int = 1) -> Result:
     """Autograde one notebook in its own nbgrader course; never raises for a bad submission."""
-    result_file = out / "work" / "results" / submission.student / f"{submission.notebook}.json"
-    log_file = out / "logs" / submission.student / f"{submission.notebook}.log"
-    digest = hashlib.sha256(submission.path.read_bytes()).hexdigest()
-    if result_file.exists():
-        saved = json.loads(result_file.read_text())
-        if saved.pop("submission_sha256", None) == digest:  # a changed submission is graded again
-            return Result(**saved)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
+    saved = _saved_result(submission, out)
+    if saved is not None:
+        return saved
     try:
         result, log = _autograde(submission, out, limits, seed, threads)
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
-        result = _failed(
-            submission.student,
-            submission.notebook,
-            f"the grader could not process this notebook ({type(error).__name__})",
-        )
-        log = traceback.format_exc()
+        reason = f"the grader could not process this notebook ({type(error).__name__})"
+        result, log = _failed(submission.student, submission.notebook, reason), traceback.format_exc()
+    return _save_result(submission, out, result, log)
+
+
+def _result_file(submission: Submission, out: Path) -> Path:
+    return out / "work" / "results" / submission.student / f"{submission.notebook}.json"
+
+
+def _saved_result(submission: Submission, out: Path) -> Result | None:
+    """The outcome of an earlier run on this very file (a changed submission is graded again)."""
+    result_file = _result_file(submission, out)
+    if result_file.exists():
+        saved = json.loads(result_file.read_text())
+        if saved.pop("submission_sha256", None) == _sha256(submission.path):
+            return Result(**saved)
+    return None
+
+
+def _save_result(submission: Submission, out: Path, result: Result, log: str) -> Result:
+    log_file = out / "logs" / submission.student / f"{submission.notebook}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(log)
     _write_failure_page(out, submission, result)
+    result_file = _result_file(submission, out)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
-    partial.write_text(json.dumps({**asdict(result), "submission_sha256": digest}))
+    partial.write_text(json.dumps({**asdict(result), "submission_sha256": _sha256(submission.path)}))
     partial.rename(result_file)  # atomic: a killed batch never leaves half a result
     return result
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _failed(student: str, notebook: str, reason: str) -> Result:
@@ -262,6 +315,8 @@ def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, str]:
     an older nbformat (upgraded), a notebook saved with huge outputs (outputs are dropped:
     the grader runs it again anyway).
     """
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
     raw = path.read_bytes()
     notes = []
     try:
@@ -305,6 +360,7 @@ def _autograde(
     log = "\n".join(
         filter(None, [notes, outcome.get("log"), "" if outcome["success"] else outcome.get("error")])
     )
+    _truncate(run / "kernel.log", KERNEL_LOG_BYTES)
     if not outcome["success"]:
         return _failed(submission.student, submission.notebook, _reason_from_log(log)), log
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
@@ -319,12 +375,19 @@ def _autograde(
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(page, destination)
     status = "needs_manual_grading" if manual else "graded"
-    reason = "; ".join(m.strip() for m in re.findall(re.escape(REASON) + r"(.+)", log))
+    reasons = run / "reasons.json"
+    reason = "; ".join(json.loads(reasons.read_text())) if reasons.exists() else ""
     return Result(submission.student, submission.notebook, score, max_score, status, reason), log
 
 
+def _truncate(path: Path, size: int) -> None:
+    if path.exists() and path.stat().st_size > size:
+        os.truncate(path, size)
+
+
 def _reason_from_log(log: str) -> str:
-    match = re.search(r"NotebookFailed: (.+)", log)
+    # The exception's own traceback line; student text in the log is repr'd, never a line of its own.
+    match = re.search(r"^\s*autograder\.preprocessors\.NotebookFailed: (.+)$", log, re.MULTILINE)
     if match:
         return match.group(1).strip()
     return "nbgrader could not run this notebook"
@@ -422,15 +485,48 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
     seed = int(seed_file.read_text())
     submissions, results = find_submissions(source, work)
     prepare_template(work)
-    jobs = max(1, jobs)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(grade_one, s, out, limits, seed, threads) for s in submissions]
-        results += [f.result() for f in futures]
+    results += _grade_all(submissions, out, limits, seed, max(1, jobs))
     results.sort(key=lambda r: (r.student, r.notebook))
     merge_course(out, results, limits, seed)
     write_csv(out / "grades.csv", results)
     return results
+
+
+def _grade_all(
+    submissions: list[Submission], out: Path, limits: Limits, seed: int, jobs: int
+) -> list[Result]:
+    """Grade in `jobs` worker processes, each with a memory cap (the judge's inputs come from
+    students). A worker that dies anyway breaks the pool: what it left unfinished is graded
+    again one at a time, so that only the notebook that kills a worker fails."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    task = (out, limits, seed, threads)
+    results, crashed = [], []
+    with _workers(jobs, limits) as pool:
+        futures = {pool.submit(grade_one, s, *task): s for s in submissions}
+        for future, submission in futures.items():
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:
+                crashed.append(submission)
+    for submission in crashed:
+        with _workers(1, limits) as pool:
+            try:
+                results.append(pool.submit(grade_one, submission, *task).result())
+            except BrokenProcessPool:
+                reason = "the grader's worker died on this notebook (out of memory?)"
+                failed = _failed(submission.student, submission.notebook, reason)
+                results.append(_save_result(submission, out, failed, reason))
+    return results
+
+
+def _workers(jobs: int, limits: Limits) -> ProcessPoolExecutor:
+    # The kernel's own cap must fit under the worker's (a child can only lower its limits).
+    worker_bytes = limits.memory_bytes + 4 * 2**30
+    return ProcessPoolExecutor(max_workers=jobs, initializer=_limit_memory, initargs=(worker_bytes,))
+
+
+def _limit_memory(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def write_csv(path: Path, results: list[Result]) -> None:

@@ -15,6 +15,7 @@ grader keeps that log per submission.
 """
 
 import copy
+import json
 import re
 import tempfile
 import time
@@ -35,8 +36,9 @@ from .sandbox import SandboxedKernelManager, prepare_root
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
-REASON = "[course] reason: "  # lines with this prefix also go to grades.csv's reason column
 MAX_RECOVERIES = 3  # kernels a notebook may kill or hang before the rest of it is not run
+OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "update_display_data", "error"}
+MAX_ERROR_BYTES = 4000
 
 
 class NotebookFailed(RuntimeError):
@@ -64,6 +66,8 @@ class JudgedExecute(Execute):
     )
     sandboxed = Bool(True, help="Run the kernel under bubblewrap.").tag(config=True)
     kernel_log = Unicode("", help="File for the kernel process's own stdout and stderr.").tag(config=True)
+    reasons_file = Unicode("", help="JSON list of what cost points outside the checks.").tag(config=True)
+    store_widget_state = Bool(False)  # widget state from the kernel is unbounded, and not graded
 
     def create_kernel_manager(self):
         self.km = SandboxedKernelManager(
@@ -81,19 +85,22 @@ class JudgedExecute(Execute):
         self._judged: set[int] = set()
         self._broken: set[int] = set()  # cells that killed or hung a kernel: never run again
         self._kept_bytes = 0
-        with tempfile.TemporaryDirectory(prefix="course-") as root:  # short: Unix socket paths
-            self._root = Path(root)
+        self._reasons: list[str] = []
+        self._root = Path(tempfile.mkdtemp(prefix="course-"))  # short: Unix socket paths are limited
+        try:
             prepare_root(self._root)
             nb, resources = super().preprocess(nb, resources, km)
+        finally:
+            exchange.remove_tree(self._root)
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
             calls = check_calls(nb.cells[index].source)
             verdicts = [Verdict(n, False, f"not run: {self._stopped}", api.points(n, h)) for n, h in calls]
             nb.cells[index].outputs = _outputs(verdicts)
         if self._stopped:
-            self.log.warning(
-                f"{REASON}notebook stopped: {self._stopped}; {len(not_run)} test cells did not run (0 points)"
-            )
+            self._note(f"notebook stopped: {self._stopped}; {len(not_run)} test cells did not run (0 points)")
+        if self.reasons_file:
+            Path(self.reasons_file).write_text(json.dumps(self._reasons))
         return nb, resources
 
     def preprocess_cell(self, cell, resources, index):
@@ -128,7 +135,7 @@ class JudgedExecute(Execute):
         if len(self._broken) > MAX_RECOVERIES:
             self._stopped = f"{what}, after {MAX_RECOVERIES} kernels were lost already"
             return
-        self.log.warning(f"{REASON}{what}: skipped, and the cells before it re-run in a fresh kernel")
+        self._note(f"{what}: skipped, and the cells before it re-run in a fresh kernel")
         run_sync(self.km.restart_kernel)(now=True)
         run_sync(self.kc.wait_for_ready)(timeout=60)
         for earlier, cell in enumerate(self.nb.cells[:index]):
@@ -141,28 +148,42 @@ class JudgedExecute(Execute):
             finally:
                 self.nb.cells[earlier] = cell  # the replay's outputs are not the cell's
 
+    def _note(self, reason: str) -> None:
+        """Something that cost points outside the checks: logged, and kept for grades.csv."""
+        self._reasons.append(reason)
+        self.log.warning("[course] %s", reason)
+
     def _get_timeout(self, cell):
         per_cell = super()._get_timeout(cell)
         remaining = max(1, int(self._deadline - time.monotonic()))
         return min(per_cell or remaining, remaining)
 
-    def output(self, outs, msg, display_id, cell_index):
-        """Keep at most `output_bytes` of output per notebook (a 200 MB print stays out)."""
-        size = len(str(msg.get("content", "")))
-        if self._kept_bytes + size > self.output_bytes:
-            if self._kept_bytes <= self.output_bytes:
-                self._kept_bytes = self.output_bytes + 1
-                self.log.warning(
-                    "[course] output beyond %d bytes dropped (cell %d)", self.output_bytes, cell_index
-                )
-                outs.append(
-                    new_output(
-                        "stream", name="stdout", text=f"[output truncated at {self.output_bytes} bytes]\n"
+    def process_message(self, msg, cell, cell_index):
+        """Keep at most `output_bytes` of output per notebook, display updates included."""
+        kind, content = msg["msg_type"], msg["content"]
+        if kind in OUTPUT_MESSAGES:
+            # A display update rewrites every output that has its display id: count each copy.
+            display_id = (content.get("transient") or {}).get("display_id")
+            copies = sum(map(len, self._display_id_map.get(display_id, {}).values())) if display_id else 0
+            size = len(str(content)) * (1 + copies)
+            if kind == "error" and size > MAX_ERROR_BYTES:  # keep the error (it scores), not its bulk
+                msg = {**msg, "content": {**content, "evalue": str(content.get("evalue"))[:MAX_ERROR_BYTES]}}
+                msg["content"]["traceback"] = []
+                size = MAX_ERROR_BYTES
+            if self._kept_bytes + size > self.output_bytes and kind != "error":
+                if self._kept_bytes <= self.output_bytes:
+                    self._kept_bytes = self.output_bytes + 1
+                    self.log.warning(
+                        "[course] output beyond %d bytes dropped (cell %d)", self.output_bytes, cell_index
                     )
-                )
-            return None
-        self._kept_bytes += size
-        return super().output(outs, msg, display_id, cell_index)
+                    cell.outputs.append(
+                        new_output(
+                            "stream", name="stdout", text=f"[output truncated at {self.output_bytes} bytes]\n"
+                        )
+                    )
+                return None
+            self._kept_bytes += size
+        return super().process_message(msg, cell, cell_index)
 
     # ---------------------------------------------------------------- the judge's side
 
@@ -214,7 +235,7 @@ class JudgedExecute(Execute):
                 name, False, f"no results came back from this test: {why}", api.points(name, hidden)
             )
         verdict = api.judge_results(name, cases, results, hidden=hidden)
-        self.log.info("[course] %s", verdict)
+        self.log.info("[course] %s", str(verdict).replace("\n", "\n    "))  # student text stays indented
         return verdict
 
     def _report_errors(self, cell, index: int) -> None:
@@ -224,7 +245,7 @@ class JudgedExecute(Execute):
         for output in cell.get("outputs", []):
             if output.output_type == "error":
                 self.log.warning(
-                    "[course] cell %s raised %s: %.200s", _label(cell, index), output.ename, output.evalue
+                    "[course] cell %s raised %s: %.200r", _label(cell, index), output.ename, output.evalue
                 )
 
 
@@ -243,6 +264,22 @@ def _outputs(verdicts: list[Verdict]) -> list:
         else new_output("error", ename="CheckFailed", evalue=str(v), traceback=[f"CheckFailed: {v}"])
         for v in verdicts
     ]
+
+
+class FenceStudentMarkdown(Preprocessor):
+    """Show markdown a student wrote as text, not HTML: an instructor's browser opening the
+    feedback or formgrader must not run a student's <img onerror=...> or javascript: link.
+
+    (Outputs are sanitised by the HTML exporter; nbgrader's templates do not sanitise markdown.)
+    """
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("locked"):
+                longest = max((len(run) for run in re.findall(r"`+", cell.source)), default=0)
+                fence = "`" * max(3, longest + 1)  # no run of backticks inside can close it
+                cell.source = f"{fence}text\n{cell.source}\n{fence}"
+        return nb, resources
 
 
 class HideHiddenTests(Preprocessor):

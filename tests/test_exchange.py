@@ -2,6 +2,8 @@
 
 import os
 import pickle
+import subprocess
+import zipfile
 
 import pytest
 import torch
@@ -57,9 +59,33 @@ class Payload:
 
 def test_pickled_objects_are_never_loaded(folder, capsys):
     (folder / "results" / "07.rmsnorm.pt").write_bytes(pickle.dumps([Payload(), Payload()]))
+    with pytest.raises(exchange.MalformedResults, match="not what torch.save writes"):
+        exchange.read_results(folder, "07.rmsnorm", False, 2)
+    _write(folder, [Payload(), Payload()])  # the same objects inside torch.save's zip
     with pytest.raises(exchange.MalformedResults, match="cannot be read as data"):
         exchange.read_results(folder, "07.rmsnorm", False, 2)
     assert "owned" not in capsys.readouterr().out
+
+
+def test_stretched_and_compressed_tensors_are_refused(folder):
+    _write(folder, [{"y": torch.zeros(1).expand(60000, 60000)}])  # 4 bytes stored, 3.6e9 claimed
+    with pytest.raises(exchange.MalformedResults, match="more than"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+    path = folder / "results" / "07.rmsnorm.pt"
+    _write(folder, [{"y": torch.zeros(1000)}])
+    with zipfile.ZipFile(path) as stored:
+        entries = [(info.filename, stored.read(info)) for info in stored.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as squeezed:
+        for name, data in entries:
+            squeezed.writestr(name, data)
+    with pytest.raises(exchange.MalformedResults, match="compressed"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+
+
+def test_results_are_materialised(folder):
+    _write(folder, [{"y": torch.arange(6.0).reshape(2, 3).t()}])
+    (result,) = exchange.read_results(folder, "07.rmsnorm", False, 1)
+    assert result["y"].is_contiguous() and result["y"].tolist() == [[0, 3], [1, 4], [2, 5]]
 
 
 def test_long_error_texts_are_cut(folder):
@@ -123,3 +149,18 @@ def test_links_fifos_and_folders_in_results_are_never_followed(folder, tmp_path_
             exchange.read_results(folder, name, hidden, 1)
     exchange.prepare(folder)
     assert list((folder / "results").iterdir()) == [] and secret.exists()
+
+
+def test_what_a_kernel_leaves_is_removed_without_touching_link_targets(folder, tmp_path_factory):
+    target = tmp_path_factory.mktemp("outside") / "keep.txt"
+    target.write_text("keep")
+    target.chmod(0o644)
+    locked = folder / "results" / "locked"
+    locked.mkdir()
+    (locked / "link").symlink_to(target)
+    locked.chmod(0o500)
+    deep = folder / "results" / ("d/" * 1200)  # deeper than Python's recursion limit
+    subprocess.run(["mkdir", "-p", str(deep)], check=True)
+    exchange.prepare(folder)
+    assert list((folder / "results").iterdir()) == []
+    assert target.read_text() == "keep" and target.stat().st_mode & 0o777 == 0o644

@@ -240,3 +240,28 @@ def test_a_zip_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(grading, "MAX_ARCHIVE_BYTES", 1000)
     with pytest.raises(SystemExit, match="refusing to unpack"):
         find_submissions(archive, tmp_path / "work")
+
+
+def test_a_student_folder_holds_only_that_students_files(tmp_path):
+    """A file planted under another student's name, two files for one notebook, a symlink:
+    each is rejected with its reason, never graded as someone's work."""
+    source = tmp_path / "in"
+    for path in (
+        "aaron/alice/07_rmsnorm.ipynb",
+        "alice/07_rmsnorm.ipynb",
+        "bea/07_rmsnorm.ipynb",
+        "bea/07_rmsnorm_v2.ipynb",
+    ):
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(release("07_rmsnorm"), source / path)
+    (source / "cy").mkdir()
+    (source / "cy" / "07_rmsnorm.ipynb").symlink_to(source / "alice" / "07_rmsnorm.ipynb")
+    found, rejected = find_submissions(source, tmp_path / "work")
+    assert [(s.student, s.notebook) for s in found] == [("alice", "07_rmsnorm")]
+    assert found[0].path == tmp_path / "work" / "inbox" / "alice" / "07_rmsnorm.ipynb"
+    reasons = {r.student: r.reason for r in rejected}
+    assert reasons == {
+        "aaron/alice/07_rmsnorm.ipynb": "cannot tell the student and notebook from this file name",
+        "bea": "more than one file for this notebook (bea/07_rmsnorm.ipynb, bea/07_rmsnorm_v2.ipynb)",
+        "cy/07_rmsnorm.ipynb": "not a plain file",
+    }

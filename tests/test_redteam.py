@@ -8,8 +8,10 @@ grader can see the attempt, its log names it. README, "Red team", lists the resu
 
 import csv
 import hashlib
+import html
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder.paths import REPO
 from autograder.sandbox import unavailable_reason
@@ -64,6 +66,11 @@ def _plus(notebook, *sources: str, after: str | None = "rmsnorm") -> nbformat.No
     """Student cells added after the cell `after` (None: at the end)."""
     at = len(notebook.cells) if after is None else [grade_id(c) for c in notebook.cells].index(after) + 1
     notebook.cells[at:at] = [new_code_cell(s) for s in sources]
+    return notebook
+
+
+def _with_markdown(notebook, text: str) -> nbformat.NotebookNode:
+    notebook.cells.insert(3, new_markdown_cell(text))
     return notebook
 
 
@@ -213,7 +220,7 @@ def _attacks(out: Path, port: int) -> list[Attack]:
                 ),
             ),
             FULL,
-            "raised OSError: [Errno 30] Read-only file system",
+            "Read-only file system",
         ),
         Attack(
             "reads-solutions",
@@ -292,6 +299,44 @@ def _attacks(out: Path, port: int) -> list[Attack]:
             FULL,
         ),
         Attack("output-200mb", _plus(_honest(), "print('x' * 200_000_000)"), FULL, "output beyond"),
+        Attack(
+            "floods-display-updates",  # 2000 outputs sharing a display id, then one 100 kB update
+            _plus(
+                _honest(),
+                "from IPython.display import display, update_display\n"
+                "for _ in range(2000):\n"
+                "    display('x', display_id='same')\n"
+                "update_display('y' * 100_000, display_id='same')",
+            ),
+            FULL,
+            "output beyond",
+        ),
+        Attack(
+            "sends-stretched-tensors",
+            _plus(
+                _zeros(),
+                "import torch, autograder.exchange\n"
+                "def send(folder, name, hidden, results):\n"
+                "    huge = torch.zeros(1).expand(60000, 60000)  # 4 bytes stored\n"
+                "    path = folder / 'results' / f'{autograder.exchange.key(name, hidden)}.pt'\n"
+                "    torch.save([{'normed': huge, 'y': huge}] * len(results), path)\n"
+                "autograder.exchange.write_results = send",
+            ),
+            0.0,
+            "more than 16777216 elements",
+        ),
+        Attack(
+            "injects-html",
+            _plus(
+                _with_markdown(
+                    _honest(), '<img src=x onerror="window.PWNED = 3">\n\n[notes](javascript:alert(1))'
+                ),
+                "from IPython.display import HTML, Javascript, display\n"
+                "display(HTML('<script>window.PWNED = 1</script>'))\n"
+                "display(Javascript('window.PWNED = 2'))",
+            ),
+            FULL,
+        ),
     ]
     return attacks + _tampered() + _foreign_formats()
 
@@ -481,6 +526,30 @@ def test_each_attempt_is_named_in_the_log(graded):
     for attack in graded["attacks"]:
         if attack.log:
             assert attack.log in _log(graded["out"], attack), attack.student
+
+
+def test_no_student_html_or_script_reaches_the_instructors_browser(graded):
+    """Feedback pages and formgrader (which renders OUT/course's notebooks) show student HTML as text."""
+    out = graded["out"]
+    pages = [out / "feedback" / "injects-html" / f"{ASSIGNMENT}.html"]
+    for page in pages:
+        text = page.read_text()
+        assert "PWNED" in html.unescape(text)  # the cell source is shown ...
+        assert "<script>window.PWNED" not in text and not re.search(
+            r"<img[^>]*onerror", text
+        )  # ... never run
+        assert 'href="javascript:' not in text
+    course = out / "course" / "autograded" / "injects-html" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    for cell in nbformat.read(course, as_version=4).cells:
+        if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("locked"):
+            assert cell.source.startswith("```")
+
+
+def test_the_output_kept_is_bounded(graded):
+    runs = graded["out"] / "course" / "autograded"
+    for student in ("output-200mb", "floods-display-updates"):
+        notebook = runs / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        assert notebook.stat().st_size < 8 * 2**20, student
 
 
 def test_the_sandbox_held(graded):
