@@ -257,7 +257,8 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
 
 def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, threads: int = 1) -> Result:
     """Autograde one notebook in its own nbgrader course; never raises for a bad submission."""
-    saved = _saved_result(submission, out)
+    digest = _sha256(submission.path)
+    saved = _saved_result(submission, out, digest)
     if saved is not None:
         return saved
     try:
@@ -265,24 +266,24 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, thre
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
         reason = f"the grader could not process this notebook ({type(error).__name__})"
         result, log = _failed(submission.student, submission.notebook, reason), traceback.format_exc()
-    return _save_result(submission, out, result, log)
+    return _save_result(submission, out, result, log, digest)
 
 
 def _result_file(submission: Submission, out: Path) -> Path:
     return out / "work" / "results" / submission.student / f"{submission.notebook}.json"
 
 
-def _saved_result(submission: Submission, out: Path) -> Result | None:
+def _saved_result(submission: Submission, out: Path, digest: str) -> Result | None:
     """The outcome of an earlier run on this very file (a changed submission is graded again)."""
     result_file = _result_file(submission, out)
     if result_file.exists():
         saved = json.loads(result_file.read_text())
-        if saved.pop("submission_sha256", None) == _sha256(submission.path):
+        if saved.pop("submission_sha256", None) == digest:
             return Result(**saved)
     return None
 
 
-def _save_result(submission: Submission, out: Path, result: Result, log: str) -> Result:
+def _save_result(submission: Submission, out: Path, result: Result, log: str, digest: str) -> Result:
     log_file = out / "logs" / submission.student / f"{submission.notebook}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(log)
@@ -290,7 +291,7 @@ def _save_result(submission: Submission, out: Path, result: Result, log: str) ->
     result_file = _result_file(submission, out)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
-    partial.write_text(json.dumps({**asdict(result), "submission_sha256": _sha256(submission.path)}))
+    partial.write_text(json.dumps({**asdict(result), "submission_sha256": digest}))
     partial.rename(result_file)  # atomic: a killed batch never leaves half a result
     return result
 
@@ -515,7 +516,7 @@ def _grade_all(
             except BrokenProcessPool:
                 reason = "the grader's worker died on this notebook (out of memory?)"
                 failed = _failed(submission.student, submission.notebook, reason)
-                results.append(_save_result(submission, out, failed, reason))
+                results.append(_save_result(submission, out, failed, reason, _sha256(submission.path)))
     return results
 
 

@@ -3,6 +3,7 @@
 import csv
 import hashlib
 import html
+import os
 import subprocess
 import sys
 import zipfile
@@ -12,6 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
+import autograder.grading as grading
 from autograder.checks import CHECKS
 from autograder.cli import main
 from autograder.grading import find_submissions
@@ -265,3 +267,26 @@ def test_a_student_folder_holds_only_that_students_files(tmp_path):
         "bea": "more than one file for this notebook (bea/07_rmsnorm.ipynb, bea/07_rmsnorm_v2.ipynb)",
         "cy/07_rmsnorm.ipynb": "not a plain file",
     }
+
+
+REAL_GRADE_ONE = grading.grade_one
+
+
+def _dies_on_crasher(submission, *args):
+    """grade_one, except that it kills its worker process for the student named crasher."""
+    if submission.student == "crasher":
+        os._exit(1)
+    return REAL_GRADE_ONE(submission, *args)
+
+
+def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
+    for student in ("crasher", "steady"):
+        (tmp_path / "in" / student).mkdir(parents=True)
+        nbformat.write(release("07_rmsnorm"), tmp_path / "in" / student / "07_rmsnorm.ipynb")
+    monkeypatch.setattr(grading, "grade_one", _dies_on_crasher)
+    results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2)}
+    assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
+    assert (results["crasher"].status, results["crasher"].reason) == (
+        "failed",
+        "the grader's worker died on this notebook (out of memory?)",
+    )
