@@ -234,8 +234,6 @@ def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
 
 
 def test_a_zip_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
-    import autograder.grading as grading
-
     archive = tmp_path / "class.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("ann/07_rmsnorm.ipynb", "0" * 10_000)
