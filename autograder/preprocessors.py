@@ -308,6 +308,8 @@ class Canonicalize(Preprocessor):
       crashes when the cell before a deleted one is a plain locked cell).
     - Tracked cells go back into the release's order, each keeping the untracked cells the
       student wrote after it, so a test cell moved above its answer still tests it.
+    - Locked cells come back as released (source, type, points); answer cells keep the
+      student's source with the release's type and grading metadata.
     """
 
     release_directory = Unicode("", help="Folder holding <assignment>/<notebook>.ipynb as released.").tag(

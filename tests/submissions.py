@@ -1,5 +1,8 @@
 """Synthetic submissions made from the release and the reference: the students of the tests."""
 
+import hashlib
+from pathlib import Path
+
 import nbformat
 
 from autograder.cells import grade_id
@@ -38,3 +41,12 @@ def mutant(assignment: str, answer_id: str, target: str, impl) -> nbformat.Noteb
     """A perfect submission whose answer cell defines `target` as a known mistake instead."""
     module_source = (SOLUTIONS / assignment / "mistakes.py").read_text()
     return with_answer(perfect(assignment), answer_id, f"{module_source}\n{target} = {impl.__name__}\n")
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under a folder: submissions must come out of grading unchanged."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -1,7 +1,6 @@
 """End to end: build's release -> synthetic class -> `course grade` -> grades.csv and feedback pages."""
 
 import csv
-import hashlib
 import html
 import os
 import subprocess
@@ -20,7 +19,7 @@ from autograder.grading import find_submissions
 from autograder.reference import mistakes
 
 from .feedback import page_text
-from .submissions import grade_id, mutant, perfect, release, solution_sources, with_answer
+from .submissions import digests, grade_id, mutant, perfect, release, solution_sources, with_answer
 
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
 FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
@@ -87,9 +86,8 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
     )
     slow = perfect("07_rmsnorm")
     slow.cells += [new_code_cell("import time\ntime.sleep(9)") for _ in range(8)]
-    add(
-        "too-slow", "07_rmsnorm", slow, 6.0, "graded", "total time limit"
-    )  # the tests ran before the time ran out
+    # The tests ran before the time ran out: full marks, and the reason says what stopped.
+    add("too-slow", "07_rmsnorm", slow, 6.0, "graded", "total time limit")
     slow_early = perfect("07_rmsnorm")
     at = [grade_id(c) for c in slow_early.cells].index("rmsnorm_test")
     slow_early.cells[at:at] = [new_code_cell("import time\ntime.sleep(9)") for _ in range(5)]
@@ -97,20 +95,12 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
     return expected
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("submissions")
     out = tmp_path_factory.mktemp("out")
     expected = _class(submissions)
-    before = _digest(submissions)
+    before = digests(submissions)
     assert (
         main(
             [
@@ -170,7 +160,7 @@ def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
 
 def test_originals_untouched_and_rerun_identical(graded):
     expected, rows, out, before, submissions = graded
-    assert _digest(submissions) == before
+    assert digests(submissions) == before
     csv_before = (out / "grades.csv").read_text()
     assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
     assert (out / "grades.csv").read_text() == csv_before

@@ -26,13 +26,12 @@ from autograder.paths import REPO
 from autograder.sandbox import unavailable_reason
 
 from .feedback import page_text
-from .submissions import grade_id, perfect, release, solution_sources, with_answer
+from .submissions import digests, grade_id, perfect, release, solution_sources, with_answer
 
 pytestmark = pytest.mark.skipif(bool(unavailable_reason()), reason=f"no sandbox: {unavailable_reason()}")
 
 ASSIGNMENT = "07_rmsnorm"
 FULL = 6.0
-HALF = 3.0  # the points of 07.rmsnorm_norm (visible + hidden); 07.rmsnorm has the other 3
 SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 MARKER = "613.25"  # `sleep 613.25`: a process a submission leaves behind is easy to find
 
@@ -439,13 +438,6 @@ class Listener:
         self.server.close()
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in folder.rglob("*.ipynb")
-    }
-
-
 def _make_grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
     flags = "--cell-timeout 10 --notebook-timeout 90 --memory-gib 3"
     return subprocess.run(
@@ -489,7 +481,7 @@ def graded(tmp_path_factory):
             else nbformat.writes(attack.notebook).encode()
         )
         path.write_bytes(data)
-    before = _digest(submissions)
+    before = digests(submissions)
     try:
         done = _make_grade(submissions, out)
     finally:
@@ -562,7 +554,7 @@ def test_the_sandbox_held(graded):
 
 def test_originals_unchanged_and_rerun_identical(graded):
     out, submissions = graded["out"], graded["submissions"]
-    assert _digest(submissions) == graded["before"]
+    assert digests(submissions) == graded["before"]
     grades = (out / "grades.csv").read_text()
     assert _make_grade(submissions, out).returncode == 0
     assert (out / "grades.csv").read_text() == grades
