@@ -12,7 +12,7 @@ GRADE_FLAGS ?=
 setup: $(STAMP)
 
 # bubblewrap (the grading sandbox) and Chromium (for the browser test) come from Debian's
-# packages when run as root; elsewhere install them yourself (README, "Set-up"). Without
+# packages when run as root; elsewhere install them yourself (README, "Instructors"). Without
 # bubblewrap the grader refuses to grade and the sandbox tests are skipped, saying why.
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
 $(STAMP): pyproject.toml requirements.lock
@@ -50,5 +50,5 @@ lint: $(STAMP)
 	$(BIN)/ruff check autograder tests benchmarks
 	$(BIN)/ruff format --check autograder tests benchmarks
 
-clean:
-	rm -rf $(VENV) $(OUT)
+clean:  # never grades: an output folder is the instructor's to delete
+	rm -rf $(VENV)

@@ -39,7 +39,8 @@ def _grade(args) -> int:
     for r in results:
         score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
         print(f"{r.student:<20} {r.notebook:<14} {r.status:<21} {score:>8} {r.reason}")
-    print(f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
+    out = Path(args.out)
+    print(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/, {out / 'logs'}/ and {out / 'course'}/")
     return 0
 
 

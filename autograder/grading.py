@@ -3,7 +3,7 @@
 Layout of OUT:
     grades.csv                       student, notebook, score, max_score, status, reason
     course/                          one nbgrader course with every graded submission, for
-                                     `nbgrader formgrader` and `nbgrader export` (cd there first)
+                                     formgrader and `nbgrader export` (run them from there)
     feedback/<student>/<nb>.html     one page per graded notebook
     logs/<student>/<nb>.log          the grader's log: what was restored, what the sandbox refused,
                                      each verdict (or the grader's traceback, where grading failed)
@@ -35,6 +35,7 @@ import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -355,8 +356,7 @@ def _autograde(
     shutil.copy(template / "gradebook.db", run / "gradebook.db")
 
     nbgrader = NbGraderAPI(config=_grading_config(run, template, limits, seed, threads))
-    with warnings.catch_warnings():  # nbgrader's own session warnings about its gradebook, not ours
-        warnings.simplefilter("ignore", SAWarning)
+    with _quiet_gradebook():
         outcome = nbgrader.autograde(submission.notebook, submission.student, force=True, create=True)
     log = "\n".join(
         filter(None, [notes, outcome.get("log"), "" if outcome["success"] else outcome.get("error")])
@@ -367,8 +367,7 @@ def _autograde(
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
         graded = gradebook.find_submission(submission.notebook, submission.student)
         score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)
+    with _quiet_gradebook():
         feedback = nbgrader.generate_feedback(submission.notebook, submission.student, force=True)
     page = run / "feedback" / submission.student / submission.notebook / f"{submission.notebook}.html"
     if feedback["success"] and page.exists():
@@ -379,6 +378,14 @@ def _autograde(
     reasons = run / "reasons.json"
     reason = "; ".join(json.loads(reasons.read_text())) if reasons.exists() else ""
     return Result(submission.student, submission.notebook, score, max_score, status, reason), log
+
+
+@contextmanager
+def _quiet_gradebook():
+    """Without nbgrader's own SQLAlchemy session warnings about its gradebook (noise, not ours)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        yield
 
 
 def _truncate(path: Path, size: int) -> None:
@@ -413,19 +420,23 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
     """OUT/course: one nbgrader course holding every graded submission and its grades.
 
     Each submission was graded in a course of its own (so they run in parallel); this puts
-    them together for nbgrader's own tools: `cd OUT/course && nbgrader formgrader` (manual
-    grading, review) or `nbgrader export`. Its nbgrader_config.py is the grading config, so
-    autograding or feedback started from there sandboxes and judges the same way. Rebuilt
-    from work/ on every run, so it always matches grades.csv.
+    them together for nbgrader's own tools: formgrader (review, grading by hand) and
+    `nbgrader export`. Its nbgrader_config.py is the grading config, so autograding or
+    feedback started from there sandboxes and judges the same way. Rebuilt on every run, so
+    it always matches grades.csv; grades given by hand in the previous build are carried over
+    for every submission whose file is unchanged.
     """
     work, course, staging = out / "work", out / "course", out / "course.partial"
-    template = work / "template"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(template, staging, ignore=shutil.ignore_patterns("solutions_sha256"))
-    with Gradebook(f"sqlite:///{staging / 'gradebook.db'}") as merged:
+    shutil.copytree(work / "template", staging, ignore=shutil.ignore_patterns("solutions_sha256"))
+    before = course / GRADED_FILES
+    previous = json.loads(before.read_text()) if before.exists() else {}
+    graded = {}
+    with _quiet_gradebook(), Gradebook(f"sqlite:///{staging / 'gradebook.db'}") as merged:
         for result in results:
             if result.status == "failed":
                 continue
+            key = f"{result.student}/{result.notebook}"
             run = work / "runs" / result.student / result.notebook
             for stage in ("submitted", "autograded"):
                 shutil.copytree(
@@ -433,7 +444,15 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
                     staging / stage / result.student / result.notebook,
                 )
             with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as single:
-                _copy_grades(single, merged, result.notebook, result.student)
+                submitted = single.find_submission(result.notebook, result.student)
+                merged.update_or_create_student(result.student)
+                merged.add_submission(result.notebook, result.student, timestamp=submitted.timestamp)
+                _copy_grades(single, merged, result.notebook, result.student, AUTOMATIC)
+            graded[key] = json.loads((work / "results" / f"{key}.json").read_text())["submission_sha256"]
+            if previous.get(key) == graded[key]:
+                with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as old:
+                    _copy_grades(old, merged, result.notebook, result.student, BY_HAND)
+    (staging / GRADED_FILES).write_text(json.dumps(graded, indent=1))
     config = _grading_config(course, course, limits, seed, threads=1)
     (staging / "nbgrader_config.py").write_text(_config_file(config))
     shutil.rmtree(course, ignore_errors=True)
@@ -441,18 +460,23 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
     return course
 
 
-def _copy_grades(source: Gradebook, target: Gradebook, assignment: str, student: str) -> None:
-    graded = source.find_submission(assignment, student)
-    target.update_or_create_student(student)
-    target.add_submission(assignment, student, timestamp=graded.timestamp)
-    for notebook in graded.notebooks:
+GRADED_FILES = ".graded_sha256.json"  # in OUT/course: the hash of each submission file it holds
+# (grade fields, comment fields) that the grader fills, and those an instructor fills in formgrader
+AUTOMATIC = (("auto_score", "manual_score", "needs_manual_grade"), ("auto_comment",))
+BY_HAND = (("manual_score", "extra_credit", "needs_manual_grade"), ("manual_comment",))
+
+
+def _copy_grades(source: Gradebook, target: Gradebook, assignment: str, student: str, fields) -> None:
+    grade_fields, comment_fields = fields
+    for notebook in source.find_submission(assignment, student).notebooks:
         for grade in notebook.grades:
             copy = target.find_grade(grade.name, notebook.name, assignment, student)
-            copy.auto_score, copy.manual_score = grade.auto_score, grade.manual_score
-            copy.needs_manual_grade = grade.needs_manual_grade
+            for field in grade_fields:
+                setattr(copy, field, getattr(grade, field))
         for comment in notebook.comments:
             copy = target.find_comment(comment.name, notebook.name, assignment, student)
-            copy.auto_comment, copy.manual_comment = comment.auto_comment, comment.manual_comment
+            for field in comment_fields:
+                setattr(copy, field, getattr(comment, field))
     target.db.commit()
 
 

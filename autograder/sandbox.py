@@ -8,7 +8,7 @@ the gradebook, the output folder, other submissions or the instructor's home. It
 network, its own process tree (everything in it dies with the kernel), a private /tmp, and
 rlimits on memory (address space), CPU time and file size.
 
-What it costs and how much memory the notebooks need: README, "Grading cannot be gamed" and
+What it costs and how much memory the notebooks need: README, "How grading resists cheating" and
 "Measured".
 """
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
+from nbgrader.api import Gradebook
 
 import autograder.grading as grading
 from autograder.checks import CHECKS
@@ -19,6 +20,7 @@ from autograder.grading import find_submissions
 from autograder.reference import mistakes
 
 from .feedback import page_text
+from .machine import needs_sandbox
 from .submissions import digests, grade_id, mutant, perfect, release, solution_sources, with_answer
 
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
@@ -123,6 +125,7 @@ def graded(tmp_path_factory):
     return expected, rows, out, before, submissions
 
 
+@needs_sandbox
 def test_every_score_and_status(graded):
     expected, rows, *_ = graded
     assert set(rows) == set(expected)
@@ -135,6 +138,7 @@ def test_every_score_and_status(graded):
             assert row["max_score"] == f"{FULL[key[1]]:g}"
 
 
+@needs_sandbox
 def test_each_mistake_is_named_in_the_feedback(graded):
     _, _, out, *_ = graded
     for student, assignment, _, _, name in _mutants():
@@ -142,6 +146,7 @@ def test_each_mistake_is_named_in_the_feedback(graded):
         assert "Looks like: " + name in html.unescape(page), (student, name)
 
 
+@needs_sandbox
 def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
     _, _, out, *_ = graded
     reference_lines = {
@@ -158,6 +163,7 @@ def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
             assert not any(line in text for line in reference_lines), page
 
 
+@needs_sandbox
 def test_originals_untouched_and_rerun_identical(graded):
     expected, rows, out, before, submissions = graded
     assert digests(submissions) == before
@@ -190,6 +196,7 @@ def test_submission_layouts(tmp_path):
             ]
 
 
+@needs_sandbox
 def test_resume_regrades_only_what_is_missing_or_changed(graded):
     _, rows, out, _, submissions = graded
     results = out / "work" / "results"
@@ -207,8 +214,10 @@ def test_resume_regrades_only_what_is_missing_or_changed(graded):
     assert now[("untouched", "07_rmsnorm")] == rows[("untouched", "07_rmsnorm")]
 
 
-def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
-    """OUT/course is one nbgrader course: `nbgrader export` (and formgrader) see the same grades."""
+@needs_sandbox
+def test_nbgrader_tools_work_on_the_merged_course(graded):
+    """OUT/course is one nbgrader course: `nbgrader export` (and formgrader) see the same grades,
+    and feedback generated there hides hidden tests as the grader's own pages do."""
     out = graded[2]
     with (out / "grades.csv").open() as f:  # as of now: other tests re-grade into this folder
         rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
@@ -221,6 +230,10 @@ def test_nbgrader_export_from_the_merged_course_agrees_with_grades_csv(graded):
         if row["status"] != "failed":
             assert float(exported[key]["score"]) == float(row["score"]), key
             assert float(exported[key]["max_score"]) == float(row["max_score"]), key
+    feedback = [str(nbgrader), "generate_feedback", "07_rmsnorm", "--student=untouched", "--force"]
+    assert subprocess.run(feedback, cwd=out / "course", capture_output=True).returncode == 0
+    text = page_text(out / "course" / "feedback" / "untouched" / "07_rmsnorm" / "07_rmsnorm.html")
+    assert "[07.rmsnorm] FAILED (0/2)" in text and "hidden=True" not in text and "Traceback" not in text
 
 
 def test_a_zip_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
@@ -257,6 +270,30 @@ def test_a_student_folder_holds_only_that_students_files(tmp_path):
     }
 
 
+@needs_sandbox
+def test_grades_given_by_hand_survive_a_rerun_unless_the_file_changed(graded):
+    out, submissions = graded[2], graded[4]
+    course = f"sqlite:///{out / 'course' / 'gradebook.db'}"
+    marked = {
+        ("perfect", "07_rmsnorm", "rmsnorm_test"): 0.5,
+        ("perfect", "04_rope", "rope_forward_test"): 0.25,
+    }
+    with Gradebook(course) as gradebook:  # as an instructor would in formgrader
+        for (student, notebook, cell), score in marked.items():
+            gradebook.find_grade(cell, notebook, notebook, student).manual_score = score
+        gradebook.db.commit()
+    resubmitted = perfect("04_rope")
+    resubmitted.cells.append(new_code_cell("# changed after the first grading"))
+    nbformat.write(resubmitted, submissions / "perfect" / "04_rope.ipynb")
+    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
+    with Gradebook(course) as gradebook:
+        kept = {key: gradebook.find_grade(key[2], key[1], key[1], key[0]).manual_score for key in marked}
+    assert kept == {
+        ("perfect", "07_rmsnorm", "rmsnorm_test"): 0.5,
+        ("perfect", "04_rope", "rope_forward_test"): None,
+    }
+
+
 REAL_GRADE_ONE = grading.grade_one
 
 
@@ -267,6 +304,7 @@ def _dies_on_crasher(submission, *args):
     return REAL_GRADE_ONE(submission, *args)
 
 
+@needs_sandbox
 def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
     for student in ("crasher", "steady"):
         (tmp_path / "in" / student).mkdir(parents=True)
@@ -278,3 +316,10 @@ def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
         "failed",
         "the grader's worker died on this notebook (out of memory?)",
     )
+
+
+def test_grading_refuses_without_a_sandbox(tmp_path, monkeypatch):
+    monkeypatch.setattr(grading, "unavailable_reason", lambda: "bubblewrap (`bwrap`) is not installed")
+    nbformat.write(release("07_rmsnorm"), (tmp_path / "ann_07_rmsnorm.ipynb"))
+    with pytest.raises(SystemExit, match="--no-sandbox"):
+        grading.grade(tmp_path, tmp_path / "out")

@@ -23,12 +23,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder.paths import REPO
-from autograder.sandbox import unavailable_reason
 
 from .feedback import page_text
-from .submissions import digests, grade_id, perfect, release, solution_sources, with_answer
+from .machine import needs_sandbox
+from .submissions import digests, grade_id, perfect, solution_sources, with_answer
 
-pytestmark = pytest.mark.skipif(bool(unavailable_reason()), reason=f"no sandbox: {unavailable_reason()}")
+pytestmark = needs_sandbox
 
 ASSIGNMENT = "07_rmsnorm"
 FULL = 6.0
@@ -566,15 +566,6 @@ def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
     assert "differs at index" in text and "largest difference" in text
     assert "Property 'matches torch.nn.functional.rms_norm' fails too" in text
     assert "hidden=True" not in text and "Traceback" not in text
-
-
-def test_grading_refuses_without_a_sandbox(tmp_path, monkeypatch):
-    import autograder.grading as grading
-
-    monkeypatch.setattr(grading, "unavailable_reason", lambda: "bubblewrap (`bwrap`) is not installed")
-    nbformat.write(release(ASSIGNMENT), (tmp_path / "ann_07_rmsnorm.ipynb"))
-    with pytest.raises(SystemExit, match="--no-sandbox"):
-        grading.grade(tmp_path, tmp_path / "out")
 
 
 def test_a_killed_batch_resumes_without_regrading(tmp_path):
