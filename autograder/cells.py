@@ -3,14 +3,19 @@
 import ast
 
 
+def nbgrader_meta(cell) -> dict:
+    """A cell's nbgrader metadata ({} for cells nbgrader does not track)."""
+    return cell.metadata.get("nbgrader", {})
+
+
 def grade_id(cell) -> str | None:
     """The nbgrader id of a cell, None for cells nbgrader does not track."""
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
+    return nbgrader_meta(cell).get("grade_id")
 
 
 def is_test_cell(cell) -> bool:
     """An autograded test cell: a locked code cell with points (not an answer cell)."""
-    meta = cell.metadata.get("nbgrader", {})
+    meta = nbgrader_meta(cell)
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 

@@ -49,6 +49,8 @@ def _check(args) -> int:
     import nbformat
     from nbclient import NotebookClient
 
+    from .cells import check_calls, grade_id, is_test_cell
+
     path = Path(args.notebook)
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
@@ -60,18 +62,16 @@ def _check(args) -> int:
     client.execute()
     passed = total = 0
     for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not (meta.get("grade") and cell.cell_type == "code" and "check(" in cell.source):
-            continue
-        if "hidden=True" in cell.source or not cell.source.strip():
+        calls = check_calls(cell.source) if is_test_cell(cell) else []
+        if not calls or any(hidden for _, hidden in calls):  # a release's hidden cells call nothing
             continue
         total += 1
         errors = [o for o in cell.outputs if o.output_type == "error"]
         if errors:
-            print(f"FAILED {meta['grade_id']}: {errors[0].ename}: {errors[0].evalue}")
+            print(f"FAILED {grade_id(cell)}: {errors[0].ename}: {errors[0].evalue}")
         else:
             passed += 1
-            print(f"passed {meta['grade_id']}")
+            print(f"passed {grade_id(cell)}")
     print(f"{passed}/{total} visible checks pass in {path.name}")
     return 0 if passed == total else 1
 

@@ -35,7 +35,7 @@ import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -270,13 +270,13 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, thre
     return _save_result(submission, out, result, log, digest)
 
 
-def _result_file(submission: Submission, out: Path) -> Path:
-    return out / "work" / "results" / submission.student / f"{submission.notebook}.json"
+def _result_file(out: Path, student: str, notebook: str) -> Path:
+    return out / "work" / "results" / student / f"{notebook}.json"
 
 
 def _saved_result(submission: Submission, out: Path, digest: str) -> Result | None:
     """The outcome of an earlier run on this very file (a changed submission is graded again)."""
-    result_file = _result_file(submission, out)
+    result_file = _result_file(out, submission.student, submission.notebook)
     if result_file.exists():
         saved = json.loads(result_file.read_text())
         if saved.pop("submission_sha256", None) == digest:
@@ -289,7 +289,7 @@ def _save_result(submission: Submission, out: Path, result: Result, log: str, di
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(log)
     _write_failure_page(out, submission, result)
-    result_file = _result_file(submission, out)
+    result_file = _result_file(out, submission.student, submission.notebook)
     result_file.parent.mkdir(parents=True, exist_ok=True)
     partial = result_file.with_suffix(".partial")
     partial.write_text(json.dumps({**asdict(result), "submission_sha256": digest}))
@@ -432,7 +432,12 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
     before = course / GRADED_FILES
     previous = json.loads(before.read_text()) if before.exists() else {}
     graded = {}
-    with _quiet_gradebook(), Gradebook(f"sqlite:///{staging / 'gradebook.db'}") as merged:
+    with ExitStack() as open_books:
+        open_books.enter_context(_quiet_gradebook())
+        merged = open_books.enter_context(Gradebook(f"sqlite:///{staging / 'gradebook.db'}"))
+        old = (
+            open_books.enter_context(Gradebook(f"sqlite:///{course / 'gradebook.db'}")) if previous else None
+        )
         for result in results:
             if result.status == "failed":
                 continue
@@ -448,10 +453,10 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
                 merged.update_or_create_student(result.student)
                 merged.add_submission(result.notebook, result.student, timestamp=submitted.timestamp)
                 _copy_grades(single, merged, result.notebook, result.student, AUTOMATIC)
-            graded[key] = json.loads((work / "results" / f"{key}.json").read_text())["submission_sha256"]
-            if previous.get(key) == graded[key]:
-                with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as old:
-                    _copy_grades(old, merged, result.notebook, result.student, BY_HAND)
+            saved = json.loads(_result_file(out, result.student, result.notebook).read_text())
+            graded[key] = saved["submission_sha256"]
+            if old is not None and previous.get(key) == graded[key]:
+                _copy_grades(old, merged, result.notebook, result.student, BY_HAND)
     (staging / GRADED_FILES).write_text(json.dumps(graded, indent=1))
     config = _grading_config(course, course, limits, seed, threads=1)
     (staging / "nbgrader_config.py").write_text(_config_file(config))

@@ -30,7 +30,7 @@ from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets import Bool, Integer, Unicode
 
 from . import api, exchange
-from .cells import check_calls, grade_id, is_test_cell
+from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
 from .core import Verdict
 from .sandbox import SandboxedKernelManager, prepare_root
 
@@ -95,7 +95,7 @@ class JudgedExecute(Execute):
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
             calls = check_calls(nb.cells[index].source)
-            verdicts = [Verdict(n, False, f"not run: {self._stopped}", api.points(n, h)) for n, h in calls]
+            verdicts = [_failure(n, h, f"not run: {self._stopped}") for n, h in calls]
             nb.cells[index].outputs = _outputs(verdicts)
         if self._stopped:
             self._note(f"notebook stopped: {self._stopped}; {len(not_run)} test cells did not run (0 points)")
@@ -220,9 +220,7 @@ class JudgedExecute(Execute):
             results = exchange.read_results(folder, name, hidden, len(cases))
         except exchange.MalformedResults as problem:
             self.log.warning("[course] test cell %s: malformed results for %s: %s", label, name, problem)
-            return Verdict(
-                name, False, f"the results of this test are malformed: {problem}", api.points(name, hidden)
-            )
+            return _failure(name, hidden, f"the results of this test are malformed: {problem}")
         if results is None:
             if crash or self._stopped:
                 why = crash or self._stopped
@@ -231,9 +229,7 @@ class JudgedExecute(Execute):
             else:
                 why = "`check` was redefined, patched or bypassed"
                 self.log.warning("[course] test cell %s: no results came back for %s: %s", label, name, why)
-            return Verdict(
-                name, False, f"no results came back from this test: {why}", api.points(name, hidden)
-            )
+            return _failure(name, hidden, f"no results came back from this test: {why}")
         verdict = api.judge_results(name, cases, results, hidden=hidden)
         self.log.info("[course] %s", str(verdict).replace("\n", "\n    "))  # student text stays indented
         return verdict
@@ -247,6 +243,11 @@ class JudgedExecute(Execute):
                 self.log.warning(
                     "[course] cell %s raised %s: %.200r", _label(cell, index), output.ename, output.evalue
                 )
+
+
+def _failure(name: str, hidden: bool, message: str) -> Verdict:
+    """A check failed without its outputs being judged (not run, nothing or garbage sent back)."""
+    return Verdict(name, False, message, api.points(name, hidden))
 
 
 def _label(cell, index: int) -> str:
@@ -275,7 +276,7 @@ class FenceStudentMarkdown(Preprocessor):
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:
-            if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("locked"):
+            if cell.cell_type == "markdown" and not nbgrader_meta(cell).get("locked"):
                 longest = max((len(run) for run in re.findall(r"`+", cell.source)), default=0)
                 fence = "`" * max(3, longest + 1)  # no run of backticks inside can close it
                 cell.source = f"{fence}text\n{cell.source}\n{fence}"
@@ -343,7 +344,7 @@ class Canonicalize(Preprocessor):
         for gid in order:
             if gid in mine:
                 cells += [self._restored(mine[gid], by_id[gid]), *following[gid]]
-            elif _nbgrader(by_id[gid]).get("locked"):
+            elif nbgrader_meta(by_id[gid]).get("locked"):
                 self.log.warning("[course] locked cell %s was deleted: restored", gid)
                 cells.append(copy.deepcopy(by_id[gid]))
         nb.cells = cells
@@ -357,13 +358,13 @@ class Canonicalize(Preprocessor):
             for what, differs in (
                 ("cell type", cell.cell_type != released.cell_type),
                 ("grading metadata", _grading(cell) != _grading(released)),
-                ("source", _nbgrader(released).get("locked") and cell.source != released.source),
+                ("source", nbgrader_meta(released).get("locked") and cell.source != released.source),
             )
             if differs
         ]
         if changed:
             self.log.warning("[course] cell %s: %s changed: restored", grade_id(released), ", ".join(changed))
-        if _nbgrader(released).get("locked"):
+        if nbgrader_meta(released).get("locked"):
             return copy.deepcopy(released)
         answer = copy.deepcopy(released)
         answer.source = cell.source
@@ -387,14 +388,12 @@ class Canonicalize(Preprocessor):
             )
 
 
-def _nbgrader(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
-
-
 def _grading(cell) -> dict:
     """What decides how a cell is graded (not nbgrader's checksums and versions)."""
-    return {k: _nbgrader(cell).get(k) for k in ("grade", "solution", "locked", "task", "points", "grade_id")}
+    return {
+        k: nbgrader_meta(cell).get(k) for k in ("grade", "solution", "locked", "task", "points", "grade_id")
+    }
 
 
 def _answer_ids(notebook) -> set[str]:
-    return {grade_id(c) for c in notebook.cells if _nbgrader(c).get("solution")}
+    return {grade_id(c) for c in notebook.cells if nbgrader_meta(c).get("solution")}

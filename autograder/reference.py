@@ -13,7 +13,7 @@ from typing import Any
 
 import nbformat
 
-from .cells import grade_id
+from .cells import grade_id, nbgrader_meta
 from .core import Mistake
 from .paths import SOLUTIONS, source_notebook
 
@@ -28,7 +28,7 @@ def assignment_of(check_name: str) -> str:
 
 
 def is_reference_cell(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
+    meta = nbgrader_meta(cell)
     return cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "imports")
 
 

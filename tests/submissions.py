@@ -5,7 +5,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.cells import grade_id
+from autograder.cells import grade_id, nbgrader_meta
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
 
 
@@ -16,7 +16,7 @@ def release(assignment: str) -> nbformat.NotebookNode:
 
 def solution_sources(assignment: str) -> dict[str, str]:
     notebook = nbformat.read(source_notebook(assignment), as_version=4)
-    return {grade_id(c): c.source for c in notebook.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    return {grade_id(c): c.source for c in notebook.cells if nbgrader_meta(c).get("solution")}
 
 
 def perfect(assignment: str) -> nbformat.NotebookNode:

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
+from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
 from .feedback import page_text
@@ -533,7 +534,7 @@ def test_no_student_html_or_script_reaches_the_instructors_browser(graded):
         assert 'href="javascript:' not in text
     course = out / "course" / "autograded" / "injects-html" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     for cell in nbformat.read(course, as_version=4).cells:
-        if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("locked"):
+        if cell.cell_type == "markdown" and not nbgrader_meta(cell).get("locked"):
             assert cell.source.startswith("```")
 
 
