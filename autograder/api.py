@@ -69,7 +69,7 @@ def write_snapshot(name: str, directory: Path = EXPECTED) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
-            "cases": [{"name": c.name, "inputs": c.inputs} for c in cases],
+            "cases": [{"name": c.name, "inputs": c.inputs, "judge_only": c.judge_only} for c in cases],
             "expected": [{"reference": e.reference, "mistakes": e.mistakes} for e in expected],
             "mistakes": [{"name": m.name, "advice": m.advice} for m in known],
         },
@@ -101,7 +101,7 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `course build` to create it")
     data = torch.load(path, weights_only=True)
-    cases = [Case(c["name"], c["inputs"]) for c in data["cases"]]
+    cases = [Case(c["name"], c["inputs"], c["judge_only"]) for c in data["cases"]]
     expected = [Expectation(e["reference"], e["mistakes"]) for e in data["expected"]]
     known = [Mistake(m["name"], m["advice"], None) for m in data["mistakes"]]
     return cases, expected, known

@@ -24,6 +24,7 @@ from traitlets.config import Config
 from . import api
 from .checks import CHECKS
 from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
+from .reference import assignment_of
 
 # Files next to a source notebook that stay on the instructor's side.
 INSTRUCTOR_ONLY = ["mistakes.py"]
@@ -54,23 +55,24 @@ def nbgrader_config(root: Path, source: Path, db: Path, **extra) -> Config:
     return config
 
 
-def generate_all(config: Config) -> None:
-    """nbgrader generate_assignment for every assignment: fills the gradebook and release/."""
+def generate_all(config: Config, chosen: list[str] | None = None) -> None:
+    """nbgrader generate_assignment for every assignment (or the chosen ones): fills the
+    gradebook and release/."""
     nbgrader = NbGraderAPI(config=config)
-    for assignment in assignments():
+    for assignment in chosen or assignments():
         result = nbgrader.generate_assignment(assignment, force=True, create=True)
         if not result["success"]:
             raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
 
 
-def generate_release(out: Path) -> None:
-    """nbgrader generate_assignment for every assignment, into out/<assignment>/."""
+def generate_release(out: Path, chosen: list[str]) -> None:
+    """nbgrader generate_assignment for the chosen assignments, into out/<assignment>/."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = nbgrader_config(root, SOLUTIONS, root / "gradebook.db")
         config.CourseDirectory.release_directory = "release"
-        generate_all(config)
-        for assignment in assignments():
+        generate_all(config, chosen)
+        for assignment in chosen:
             released = root / "release" / assignment
             target = out / assignment
             shutil.rmtree(target, ignore_errors=True)
@@ -108,14 +110,20 @@ def figures(notebook: nbformat.NotebookNode) -> dict[str, bytes]:
     return found
 
 
-def build(root: Path = REPO) -> None:
-    """Regenerate notebooks/, images/ and the expected visible outputs under `root`."""
+def build(root: Path = REPO, only: list[str] | None = None) -> None:
+    """Regenerate notebooks/, images/ and the expected visible outputs under `root`, for every
+    assignment or only the named ones (a quicker loop while writing one notebook)."""
+    chosen = only or assignments()
+    known = assignments()
+    if unknown := sorted(set(chosen) - set(known)):
+        raise SystemExit(f"no assignment {', '.join(unknown)} in solutions/; known: {', '.join(known)}")
     for name in CHECKS:  # first: the solution notebooks' visible checks read these
-        api.write_snapshot(name, root / EXPECTED.relative_to(REPO))
-    generate_release(root / NOTEBOOKS.relative_to(REPO))
+        if assignment_of(name) in chosen:
+            api.write_snapshot(name, root / EXPECTED.relative_to(REPO))
+    generate_release(root / NOTEBOOKS.relative_to(REPO), chosen)
     images = root / IMAGES.relative_to(REPO)
     images.mkdir(parents=True, exist_ok=True)
-    for assignment in assignments():
+    for assignment in chosen:
         for name, png in figures(execute_source(assignment)).items():
             (images / name).write_bytes(png)
 

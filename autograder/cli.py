@@ -14,7 +14,7 @@ def _build(args) -> int:
     from .build import build, stale_files
 
     if not args.check:
-        build()
+        build(only=args.assignments)
         print("built notebooks/, images/ and autograder/expected/ from solutions/")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,9 +80,8 @@ def _list(args) -> int:
     from .checks import CHECKS
 
     for name, check in CHECKS.items():
-        print(
-            f"{name:<28} {check.target:<22} {check.points:g} visible + {check.hidden_points:g} hidden points"
-        )
+        points = f"{check.points:g} visible + {check.hidden_points:g} hidden points"
+        print(f"{name:<28} {check.target_source:<22} {points}")
     return 0
 
 
@@ -102,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("build", help="regenerate notebooks/, images/ and expected outputs from solutions/")
     p.add_argument("--check", action="store_true", help="only report derived files that are stale")
+    p.add_argument(
+        "assignments", nargs="*", help="rebuild only these (e.g. 01_attention); default: all"
+    )
     p.set_defaults(func=_build)
 
     p = sub.add_parser("grade", help="grade a folder or zip of submissions")

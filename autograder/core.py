@@ -36,10 +36,16 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # dtype: (rtol, atol)
 
 @dataclass(frozen=True)
 class Case:
-    """One input to a check: a short human name and the arguments (tensors and numbers)."""
+    """One input to a check: a short human name and the arguments (tensors and numbers).
+
+    `judge_only` holds what the judge needs and the code under test must never see, such as
+    the labels of a held-out split: stage 2 gets a copy without it, and the grader never
+    writes it where a grading kernel could read it.
+    """
 
     name: str
     inputs: dict[str, Any]
+    judge_only: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,9 @@ class Check:
     """One graded question. See the module docstring for the three stages."""
 
     name: str  # "<notebook>.<question>", e.g. "07.rmsnorm"
-    target: str  # the public name the student implements, e.g. "RMSNorm"
+    # The public name the student implements, e.g. "RMSNorm"; or several, e.g. ("MLP", "train"),
+    # which the test cell passes as one tuple and `run` receives as one.
+    target: str | tuple[str, ...]
     cases: Callable[[torch.Generator, bool], list[Case]]  # (generator, hidden) -> cases
     run: Callable[[Any, Case], Outputs]  # calls the object under test on one case
     properties: Sequence[Property] = ()
@@ -103,10 +111,18 @@ class Check:
     hidden_points: float = 2.0  # the hidden test cell's points
     exact_dtype: bool = True
     extra_tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    # Judges a case by a criterion of its own instead of equality with the reference (e.g. an
+    # accuracy on held-out labels): (case, outputs) -> None when it passes, else why not.
+    criterion: Callable[[Case, Outputs], str | None] | None = None
 
     @property
     def answer_cell(self) -> str:
         return self.answer or self.name.split(".", 1)[1]
+
+    @property
+    def target_source(self) -> str:
+        """How a test cell names the object under test: `RMSNorm`, or `(MLP, train)`."""
+        return self.target if isinstance(self.target, str) else f"({', '.join(self.target)})"
 
     def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
         return self.extra_tolerance.get(dtype) or TOLERANCES.get(dtype, TOLERANCES[torch.float32])
@@ -139,7 +155,9 @@ def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
 
 
 def _fresh_copy(case: Case) -> Case:
-    """A copy of the inputs, so that code editing them in place cannot change the next run."""
+    """A copy of the inputs, so that code editing them in place cannot change the next run.
+
+    Without `judge_only`: what stage 2 sees in a notebook is what it sees when graded."""
     inputs = {k: v.clone() if isinstance(v, Tensor) else v for k, v in case.inputs.items()}
     return Case(case.name, inputs)
 
@@ -189,7 +207,7 @@ def judge(
     for case, result, expect in zip(cases, results, expected, strict=True):
         if isinstance(expect.reference, str):
             raise RuntimeError(f"the reference fails on {check.name} {case.name}: {expect.reference}")
-        problem = _compare(check, result, expect.reference)
+        problem = _judge_case(check, case, result, expect.reference)
         if problem is None:
             continue
         lines = [f"case {case.name}: {problem}"]
@@ -222,6 +240,12 @@ def _property_failures(check: Check, case: Case, result: RunResult) -> list[tupl
         if failure:
             failures.append((prop.name, failure))
     return failures
+
+
+def _judge_case(check: Check, case: Case, result: RunResult, reference: Outputs) -> str | None:
+    if check.criterion is None or isinstance(result, str):
+        return _compare(check, result, reference)
+    return check.criterion(case, result)
 
 
 def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:

@@ -47,8 +47,9 @@ def namespace(assignment: str) -> dict[str, Any]:
     return names
 
 
-def reference_object(check_name: str, target: str) -> Any:
-    return namespace(assignment_of(check_name))[target]
+def reference_object(check_name: str, target: str | tuple[str, ...]) -> Any:
+    names = namespace(assignment_of(check_name))
+    return names[target] if isinstance(target, str) else tuple(names[t] for t in target)
 
 
 @cache

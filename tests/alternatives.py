@@ -5,6 +5,10 @@ import math
 import torch
 import torch.nn as nn
 
+from .alternatives_00 import ALTERNATIVES as ALTERNATIVES_00
+from .alternatives_01 import ALTERNATIVES as ALTERNATIVES_01
+from .alternatives_02 import ALTERNATIVES as ALTERNATIVES_02
+
 # ----------------------------------------------------------------------------- RMSNorm
 
 
@@ -99,6 +103,9 @@ def interleaved_to_half_transpose(dim):
 
 
 ALTERNATIVES = {
+    **ALTERNATIVES_00,
+    **ALTERNATIVES_01,
+    **ALTERNATIVES_02,
     "07.rmsnorm_norm": [RMSNormOneOverSqrt, RMSNormVectorNorm],
     "07.rmsnorm": [RMSNormOneOverSqrt, RMSNormVectorNorm],
     "04.rotation_matrix": [rotation_matrix_exp, rotation_matrix_complex],

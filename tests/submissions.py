@@ -37,10 +37,15 @@ def with_answer(notebook: nbformat.NotebookNode, answer_id: str, source: str) ->
     raise KeyError(answer_id)
 
 
-def mutant(assignment: str, answer_id: str, target: str, impl) -> nbformat.NotebookNode:
-    """A perfect submission whose answer cell defines `target` as a known mistake instead."""
+def mutant(assignment: str, answer_id: str, target: str | tuple[str, ...], impl) -> nbformat.NotebookNode:
+    """A perfect submission whose answer cell defines `target` as a known mistake instead.
+
+    For a check of several names (`target` a tuple), the mistake is a tuple of as many objects."""
     module_source = (SOLUTIONS / assignment / "mistakes.py").read_text()
-    return with_answer(perfect(assignment), answer_id, f"{module_source}\n{target} = {impl.__name__}\n")
+    names = [target] if isinstance(target, str) else list(target)
+    impls = [impl] if isinstance(target, str) else list(impl)
+    assignments = "".join(f"{name} = {obj.__name__}\n" for name, obj in zip(names, impls, strict=True))
+    return with_answer(perfect(assignment), answer_id, f"{module_source}\n{assignments}")
 
 
 def digests(folder: Path) -> dict[str, str]:

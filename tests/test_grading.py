@@ -3,6 +3,7 @@
 import csv
 import html
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -17,14 +18,18 @@ import autograder.grading as grading
 from autograder.checks import CHECKS
 from autograder.cli import main
 from autograder.grading import find_submissions
-from autograder.reference import mistakes
+from autograder.paths import assignments
+from autograder.reference import assignment_of, mistakes
 
 from .feedback import page_text
 from .machine import needs_sandbox
 from .submissions import digests, grade_id, mutant, perfect, release, solution_sources, with_answer
 
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
-FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
+FULL = {  # what a perfect submission of each notebook scores
+    assignment: sum(c.points + c.hidden_points for n, c in CHECKS.items() if assignment_of(n) == assignment)
+    for assignment in assignments()
+}
 ANSWER = {name: check.answer_cell for name, check in CHECKS.items()}
 
 
@@ -32,7 +37,7 @@ def _mutants():
     """(student, assignment, notebook, expected score, mistake name) for every catalogued mistake."""
     seen = set()
     for name, check in CHECKS.items():
-        assignment = "04_rope" if name.startswith("04") else "07_rmsnorm"
+        assignment = assignment_of(name)
         for mistake in mistakes(name):
             if mistake.impl in seen:
                 continue
@@ -42,7 +47,7 @@ def _mutants():
                 for n, c in CHECKS.items()
                 if any(m.impl is mistake.impl for m in mistakes(n))
             )
-            student = f"mutant-{mistake.impl.__name__.strip('_').lower().replace('_', '-')}"
+            student = "mutant-" + re.sub(r"[^a-z0-9]+", "-", f"{name} {mistake.name}".lower()).strip("-")[:60]
             notebook = mutant(assignment, ANSWER[name], check.target, mistake.impl)
             yield student, assignment, notebook, FULL[assignment] - lost, mistake.name
 

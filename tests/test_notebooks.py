@@ -59,8 +59,8 @@ def test_every_check_has_its_cells_with_matching_points(assignment):
         question = check.name.split(".", 1)[1]
         assert is_reference_cell(cells[check.answer_cell])
         visible, hidden = cells[f"{question}_test"], cells[f"{question}_hidden"]
-        assert visible.source == f'check("{check.name}", {check.target})'
-        assert f'check("{check.name}", {check.target}, hidden=True)' in hidden.source
+        assert visible.source == f'check("{check.name}", {check.target_source})'
+        assert f'check("{check.name}", {check.target_source}, hidden=True)' in hidden.source
         assert visible.metadata.nbgrader["points"] == check.points
         assert hidden.metadata.nbgrader["points"] == check.hidden_points
         assert cells[f"{question}_study"].source == f'study("{check.name}")'
