@@ -81,7 +81,7 @@ def _list(args) -> int:
 
     for name, check in CHECKS.items():
         points = f"{check.points:g} visible + {check.hidden_points:g} hidden points"
-        print(f"{name:<28} {check.target_source:<22} {points}")
+        print(f"{name:<28} {check.target_source:<30} {points}")
     return 0
 
 
@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("build", help="regenerate notebooks/, images/ and expected outputs from solutions/")
     p.add_argument("--check", action="store_true", help="only report derived files that are stale")
-    p.add_argument(
-        "assignments", nargs="*", help="rebuild only these (e.g. 01_attention); default: all"
-    )
+    p.add_argument("assignments", nargs="*", help="rebuild only these (e.g. 01_attention); default: all")
     p.set_defaults(func=_build)
 
     p = sub.add_parser("grade", help="grade a folder or zip of submissions")
