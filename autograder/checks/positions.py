@@ -1,0 +1,536 @@
+"""Checks of notebook 02, positional encodings.
+
+Key: B batch, T sequence length, D hidden size, L max_seq_len, k offset between positions.
+The trusted formula `_pe` below (float64) is what the properties compare with; the outputs
+themselves are compared with the reference read from the solution notebook.
+"""
+
+import math
+import re
+
+import numpy as np
+import torch
+
+from ..core import Case, Check, ErrorHint, Outputs, Property
+
+# ------------------------------------------------------------------ trusted helpers
+
+
+def _freqs(hidden_size: int, base: float) -> torch.Tensor:
+    """w_i = base^(-2i / D), i = 0 .. D/2 - 1, in float64."""
+    return base ** (-torch.arange(0, hidden_size, 2, dtype=torch.float64) / hidden_size)
+
+
+def _pe(positions: torch.Tensor, hidden_size: int, base: float) -> torch.Tensor:
+    """PE[p, 2i] = sin(p w_i), PE[p, 2i + 1] = cos(p w_i) in float64: (len(positions), D)."""
+    angles = positions.to(torch.float64)[:, None] * _freqs(hidden_size, base)  # (P, D/2)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (P, D)
+
+
+def _base(g: torch.Generator) -> float:
+    return float(torch.randint(10, 20_001, (), generator=g))
+
+
+# ------------------------------------------------------------------ sinusoidal encoding
+
+PE_SHAPES = [(6, 8, 10000.0), (1, 2, 10000.0), (50, 16, 10000.0), (9, 2, 100.0), (12, 10, 50.0)]
+
+
+def sinusoidal_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(PE_SHAPES)
+    if hidden:
+        for _ in range(3):
+            seq_len = int(torch.randint(1, 101, (), generator=g))
+            hidden_size = 2 * int(torch.randint(1, 33, (), generator=g))
+            shapes.append((seq_len, hidden_size, _base(g)))
+        shapes.append((1, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
+        shapes.append((int(torch.randint(2, 60, (), generator=g)), 2, _base(g)))
+    return [
+        Case(f"seq_len={t}, hidden_size={d}, base={b:g}", {"seq_len": t, "hidden_size": d, "base": b})
+        for t, d, b in shapes
+    ]
+
+
+def run_sinusoidal(sinusoidal_positional_encoding, case: Case) -> Outputs:
+    i = case.inputs
+    return {"pe": sinusoidal_positional_encoding(i["seq_len"], i["hidden_size"], i["base"])}
+
+
+def _row0(case: Case, out: Outputs) -> str | None:
+    pe = out["pe"]
+    if pe.ndim != 2 or not len(pe):
+        return None
+    want = torch.tensor([0.0, 1.0]).repeat(pe.shape[1] // 2)
+    if pe.shape[1] % 2 or not torch.allclose(pe[0].double(), want.double(), atol=1e-6):
+        first = pe[0, :4].tolist()
+        return f"position 0 should be [0, 1, 0, 1, ...] (sin 0, cos 0); its first values are {first}"
+    return None
+
+
+def _bounded(case: Case, out: Outputs) -> str | None:
+    worst = out["pe"].abs().max().item() if out["pe"].numel() else 0.0
+    return None if worst <= 1 + 1e-6 else f"sines and cosines lie in [-1, 1], but a value reaches {worst:.4g}"
+
+
+SINUSOIDAL = Check(
+    name="02.sinusoidal",
+    target="sinusoidal_positional_encoding",
+    cases=sinusoidal_cases,
+    run=run_sinusoidal,
+    properties=[Property("row 0 is [0, 1, 0, 1, ...]", _row0), Property("values lie in [-1, 1]", _bounded)],
+    # Angles reach ~100 rad in the hidden cases, where float32 rounds them by ~1e-5: writing the
+    # frequencies as exp(-log(base) 2i / D) or base ** (-2i / D) moves the sines by that much.
+    extra_tolerance={torch.float32: (1e-5, 1e-4)},
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "the angles have shape (seq_len, hidden_size // 2): one column per pair, written into the "
+            "even columns (sin) and the odd columns (cos).",
+        ),
+    ],
+    hints=[
+        "Compute a table of angles first: one row per position p, one column per pair i, angle p * w_i.",
+        "w_i = 1 / base ** (2i / hidden_size) for i = 0 .. hidden_size/2 - 1; "
+        "`torch.arange(0, hidden_size, 2)` gives 2i directly. Positions are 0, 1, ..., seq_len - 1.",
+        "Interleave: pe[:, 0::2] = sin(angles) and pe[:, 1::2] = cos(angles) (not sin in the first half "
+        "and cos in the second).",
+        "Build the angles with torch.outer(positions, freqs) in float32; the result has shape "
+        "(seq_len, hidden_size).",
+    ],
+)
+
+# ----------------------------------------------------------------------- the PE figure
+
+
+def _shown_array(ax) -> np.ndarray:
+    """The 2-D array drawn on `ax` by imshow / matshow (an AxesImage) or pcolormesh (a QuadMesh)."""
+    if ax.images:
+        return np.asarray(ax.images[0].get_array(), dtype=np.float32)
+    meshes = [c for c in ax.collections if type(c).__name__ == "QuadMesh"]
+    if meshes:
+        array = np.asarray(meshes[0].get_array(), dtype=np.float32)
+        if array.ndim == 1:  # older matplotlib stores the colours of a mesh flattened
+            rows, cols = meshes[0].get_coordinates().shape[:2]
+            array = array.reshape(rows - 1, cols - 1)
+        return array
+    kinds = sorted({type(a).__name__ for a in (*ax.lines, *ax.collections)}) or ["nothing"]
+    raise ValueError(
+        f"no image on axes '{ax.get_title()}': found {', '.join(kinds)}; draw the matrix with ax.imshow"
+    )
+
+
+def _labelled(ax) -> bool:
+    return bool(ax.get_title() and ax.get_xlabel() and ax.get_ylabel())
+
+
+FIGURE_SHAPES = [(128, 512)]
+
+
+def figure_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(FIGURE_SHAPES)
+    if hidden:
+        shapes = [(12, 12)]  # square: a transposed panel keeps its shape and shows in its values
+        for _ in range(2):
+            shapes.append(
+                (int(torch.randint(2, 48, (), generator=g)), 2 * int(torch.randint(1, 40, (), generator=g)))
+            )
+    return [Case(f"seq_len={t}, hidden_size={d}", {"seq_len": t, "hidden_size": d}) for t, d in shapes]
+
+
+def run_figure(plot_positional_encoding, case: Case) -> Outputs:
+    import matplotlib.pyplot as plt
+
+    fig = plot_positional_encoding(case.inputs["seq_len"], case.inputs["hidden_size"])
+    if not isinstance(fig, plt.Figure):
+        plt.close("all")  # nothing the check drew may show up under the test cell
+        raise TypeError(
+            f"plot_positional_encoding should return a matplotlib Figure, got {type(fig).__name__}"
+        )
+    try:
+        colorbars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>" or hasattr(ax, "_colorbar")]
+        panels = [ax for ax in fig.axes if not any(ax is c for c in colorbars)]
+        if len(panels) != 2:
+            raise ValueError(
+                f"the figure has {len(panels)} axes besides colorbars, expected 2 "
+                "(left: the PE matrix, right: PE @ PE.T)"
+            )
+        left, right = (_shown_array(ax) for ax in panels)
+        return {
+            "pe_shown": torch.from_numpy(left.copy()),
+            "dot_shown": torch.from_numpy(right.copy()),
+            "panels_with_title_and_axis_labels": torch.tensor(sum(map(_labelled, panels))),
+            "colorbars": torch.tensor(len(colorbars)),
+        }
+    finally:
+        plt.close(fig)
+
+
+def _symmetric(case: Case, out: Outputs) -> str | None:
+    dot = out["dot_shown"]
+    if dot.ndim != 2 or dot.shape[0] != dot.shape[1]:
+        return "the right panel should be a square (seq_len, seq_len) matrix"
+    gap = (dot - dot.T).abs().max().item()
+    return None if gap < 1e-3 else f"PE @ PE.T is symmetric, but the right panel is off by up to {gap:.3g}"
+
+
+PE_FIGURE = Check(
+    name="02.pe_figure",
+    target="plot_positional_encoding",
+    cases=figure_cases,
+    run=run_figure,
+    properties=[Property("the right panel is symmetric", _symmetric)],
+    # The dot products reach hidden_size / 2 = 256 and sum 512 products of sines whose float32
+    # angles are rounded by ~1e-5 (positions up to 127): a correct PE written another way moves
+    # them by up to ~1e-3. The catalogued mistakes are off by O(1).
+    extra_tolerance={torch.float32: (1e-4, 1e-2)},
+    error_hints=[
+        ErrorHint(
+            "axes besides colorbars", "create the two panels with fig, (ax1, ax2) = plt.subplots(1, 2)."
+        ),
+        ErrorHint("no image on axes", "draw each matrix with ax.imshow(matrix) (and fig.colorbar on it)."),
+        ErrorHint(
+            "should return a matplotlib Figure", "return the fig from plt.subplots, not an Axes or None."
+        ),
+        ErrorHint(
+            "mat1 and mat2 shapes cannot be multiplied",
+            "pe has shape (seq_len, hidden_size): the dot products of positions are pe @ pe.T.",
+        ),
+    ],
+    hints=[
+        "Two panels side by side: fig, (ax1, ax2) = plt.subplots(1, 2, figsize=...).",
+        "Left: ax1.imshow(pe) with pe = sinusoidal_positional_encoding(seq_len, hidden_size): "
+        "rows (positions) "
+        "run down the y axis, columns (hidden dims) along x.",
+        "Right: the (seq_len, seq_len) matrix pe @ pe.T; entry [i, j] is PE[i] . PE[j].",
+        "Each panel needs set_title, set_xlabel, set_ylabel and fig.colorbar(image, ax=ax); return fig "
+        "without plt.show().",
+    ],
+)
+
+# ------------------------------------------------------------------- PE[i] . PE[i + k]
+
+OFFSETS_CASES = [
+    ("offsets -5 .. 5", torch.arange(-5, 6), 8, 10000.0),
+    ("a (2, 3) grid of offsets", torch.tensor([[0, 1, 2], [7, -7, 30]]), 16, 10000.0),
+    ("a single offset (0-dim)", torch.tensor(3), 2, 10000.0),
+    ("offsets 0 .. 40, base 100", torch.arange(41), 10, 100.0),
+]
+
+
+def dot_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = [Case(n, {"offset": o, "hidden_size": d, "base": b}) for n, o, d, b in OFFSETS_CASES]
+    if hidden:
+        for _ in range(3):
+            shape = tuple(
+                int(n) for n in torch.randint(1, 6, (int(torch.randint(0, 3, (), generator=g)),), generator=g)
+            )
+            offset = torch.randint(-60, 61, shape, generator=g)
+            hidden_size, base = 2 * int(torch.randint(1, 33, (), generator=g)), _base(g)
+            name = f"offsets of shape {shape}, hidden_size={hidden_size}, base={base:g}"
+            cases.append(Case(name, {"offset": offset, "hidden_size": hidden_size, "base": base}))
+    return cases
+
+
+def run_dot(pe_dot_product, case: Case) -> Outputs:
+    i = case.inputs
+    return {"dot": pe_dot_product(i["offset"], i["hidden_size"], i["base"])}
+
+
+def _toeplitz(case: Case, out: Outputs) -> str | None:
+    offset, d, base = case.inputs["offset"].reshape(-1), case.inputs["hidden_size"], case.inputs["base"]
+    got = out["dot"].reshape(-1).double()
+    if got.shape != offset.shape:
+        return None
+    for i in (0, 5, 17):
+        direct = (_pe(torch.tensor([i]), d, base) * _pe(i + offset, d, base)).sum(-1)  # PE[i] . PE[i + k]
+        gap = (got - direct).abs().max().item() if len(got) else 0.0
+        if gap > 1e-3:
+            return f"PE[{i}] . PE[{i} + offset] differs from your value by up to {gap:.3g}"
+    return None
+
+
+PE_DOT = Check(
+    name="02.pe_dot_product",
+    target="pe_dot_product",
+    cases=dot_cases,
+    run=run_dot,
+    properties=[Property("equals PE[i] . PE[i + offset] for every i (Toeplitz)", _toeplitz)],
+    # A sum of up to 32 cosines of float32 angles up to 60 rad (each rounded by ~4e-6).
+    extra_tolerance={torch.float32: (1e-5, 1e-4)},
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "offset can have any shape: add a last axis for the pairs (offset[..., None] * freqs), "
+            "then sum over it.",
+        ),
+        ErrorHint(
+            "result type Float can't be cast to the desired output type Long",
+            "offset is an integer tensor: convert it with offset.float() before multiplying.",
+        ),
+    ],
+    hints=[
+        "Write PE[i] . PE[j] as a sum over the pairs: each pair contributes "
+        "sin(i w) sin(j w) + cos(i w) cos(j w).",
+        "That is cos(i w - j w): the positions enter only through j - i. Sum cos(w_k * offset) over the "
+        "hidden_size / 2 frequencies w_k.",
+        "Broadcast: offset.float()[..., None] * freqs has shape offset.shape + (hidden_size // 2,); "
+        "take cos and sum over the last axis.",
+    ],
+)
+
+# ------------------------------------------------------------------------------- M_k
+
+SHIFT_CASES = [(3, 8, 10000.0), (0, 6, 10000.0), (-4, 8, 100.0), (1, 2, 10000.0), (17, 12, 1000.0)]
+
+
+def shift_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(SHIFT_CASES)
+    if hidden:
+        for _ in range(4):
+            k = int(torch.randint(-40, 41, (), generator=g))
+            shapes.append((k, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
+        shapes.append(
+            (
+                -int(torch.randint(1, 30, (), generator=g)),
+                2 * int(torch.randint(1, 17, (), generator=g)),
+                _base(g),
+            )
+        )
+    return [
+        Case(f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b})
+        for k, d, b in shapes
+    ]
+
+
+def run_shift(relative_shift_matrix, case: Case) -> Outputs:
+    i = case.inputs
+    return {"M_k": relative_shift_matrix(i["k"], i["hidden_size"], i["base"])}
+
+
+def _shifts(case: Case, out: Outputs) -> str | None:
+    m, d, k, base = out["M_k"], case.inputs["hidden_size"], case.inputs["k"], case.inputs["base"]
+    if m.shape != (d, d):
+        return None
+    positions = torch.arange(-20, 60)
+    gap = (_pe(positions, d, base) @ m.double() - _pe(positions + k, d, base)).abs().max().item()
+    return (
+        None if gap < 1e-4 else f"PE[pos] @ M_k differs from PE[pos + k] by up to {gap:.3g} (pos in -20..59)"
+    )
+
+
+def _orthogonal(case: Case, out: Outputs) -> str | None:
+    m = out["M_k"]
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        return None
+    gap = (m.double() @ m.double().T - torch.eye(len(m), dtype=torch.float64)).abs().max().item()
+    return None if gap < 1e-4 else f"a rotation has M M^T = I; yours is off by up to {gap:.3g}"
+
+
+RELATIVE_SHIFT = Check(
+    name="02.relative_shift",
+    target="relative_shift_matrix",
+    cases=shift_cases,
+    run=run_shift,
+    properties=[
+        Property("PE[pos] @ M_k == PE[pos + k]", _shifts),
+        Property("M_k is orthogonal", _orthogonal),
+    ],
+    # cos(w k) for |k| up to 40: float32 rounds the angle by ~2e-6.
+    extra_tolerance={torch.float32: (1e-5, 2e-5)},
+    hints=[
+        "Look at one pair: row vector [sin a, cos a]. Which 2x2 matrix B gives [sin(a + b), cos(a + b)] "
+        "with b = w k? Expand with the angle-addition formulas.",
+        "Row-vector convention: the output's first entry is column 0 of B dotted with the input, so "
+        "B = [[cos b, -sin b], [sin b, cos b]]; check it on a = 0.",
+        "One block per pair, each with its own angle w_i k; put them on the diagonal with "
+        "torch.block_diag(*blocks) or by writing M[2i:2i+2, 2i:2i+2].",
+    ],
+)
+
+# ------------------------------------------------------------- learned positional table
+
+# (B, T shorter, L, D): the table has L rows; B >= 2 so that batch rows and positions differ.
+LEARNED_SHAPES = [(2, 5, 8, 6), (3, 2, 4, 10), (2, 1, 1, 4)]
+
+
+def learned_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(LEARNED_SHAPES)
+    if hidden:
+        for _ in range(3):
+            max_len = int(torch.randint(2, 40, (), generator=g))
+            d = int(torch.randint(max_len + 1, max_len + 20, (), generator=g))  # never D == L
+            b = int(torch.randint(2, 5, (), generator=g))
+            shapes.append((b, int(torch.randint(1, max_len, (), generator=g)), max_len, d))
+    cases = []
+    for b, t, max_len, d in shapes:
+        inputs = {
+            "max_seq_len": max_len,
+            "hidden_size": d,
+            "table": torch.randn(max_len, d, generator=g),
+            "x_one": torch.randn(b, 1, d, generator=g),
+            "x_shorter": torch.randn(b, t, d, generator=g),
+            "x_full": torch.randn(b, max_len, d, generator=g),
+            "x_too_long": torch.randn(b, max_len + 3, d, generator=g),
+        }
+        cases.append(
+            Case(
+                f"max_seq_len={max_len}, hidden_size={d}, B={b}, T in (1, {t}, {max_len}, {max_len + 3})",
+                inputs,
+            )
+        )
+    return cases
+
+
+def run_learned(module_class, case: Case) -> Outputs:
+    i = case.inputs
+    module = module_class(i["max_seq_len"], i["hidden_size"])
+    weight = module.position_embedding.weight
+    outputs = {"table_shape": torch.tensor(tuple(weight.shape))}
+    if weight.shape != i["table"].shape:
+        return outputs  # the shape says it all; the other outputs would come from a random table
+    with torch.no_grad():
+        weight.copy_(i["table"])
+    outputs["output_T_1"] = module(i["x_one"])
+    outputs["output_T_shorter"] = module(i["x_shorter"])
+    outputs["output_T_max_seq_len"] = module(i["x_full"])
+    too_long = i["x_too_long"].shape[1]
+    raised, value_error, named = False, False, False
+    try:
+        module(i["x_too_long"])
+    except Exception as error:
+        raised, value_error = True, isinstance(error, ValueError)
+        numbers = re.findall(r"\d+", str(error))
+        named = str(too_long) in numbers and str(i["max_seq_len"]) in numbers
+    outputs["raises_an_error_past_max_seq_len"] = torch.tensor(int(raised))
+    outputs["raises_ValueError_past_max_seq_len"] = torch.tensor(int(value_error))
+    outputs["error_names_T_and_max_seq_len"] = torch.tensor(int(named))
+    return outputs
+
+
+def _same_for_every_sequence(case: Case, out: Outputs) -> str | None:
+    added = out.get("output_T_max_seq_len")
+    x = case.inputs["x_full"]
+    if added is None or added.shape != x.shape:
+        return None
+    added = added - x  # (B, T, D): what forward added to each sequence
+    gap = (added - added[:1]).abs().max().item()
+    return (
+        None if gap < 1e-5 else f"the vectors added to the sequences of one batch differ by up to {gap:.3g}"
+    )
+
+
+LEARNED = Check(
+    name="02.learned_positions",
+    target="LearnedPositionalEmbedding",
+    cases=learned_cases,
+    run=run_learned,
+    properties=[
+        Property("every sequence of the batch gets the same position vectors", _same_for_every_sequence)
+    ],
+    error_hints=[
+        ErrorHint(
+            "has no attribute 'position_embedding'",
+            "store the table as self.position_embedding = nn.Embedding(max_seq_len, hidden_size).",
+        ),
+        ErrorHint(
+            "index out of range in self",
+            "an index reached past the table: positions run from 0 to T - 1 and the table has "
+            "max_seq_len rows.",
+        ),
+        ErrorHint(
+            "must match the size of tensor",
+            "the position vectors have shape (T, hidden_size) and broadcast over the batch; index the "
+            "table with torch.arange(T).",
+        ),
+    ],
+    hints=[
+        "The table has one row per position, so nn.Embedding(max_seq_len, hidden_size): "
+        "the first argument is the number of rows.",
+        "In forward, T = token_embeddings.shape[1]; the positions are torch.arange(T) "
+        "(on the input's device).",
+        "self.position_embedding(positions) has shape (T, D) and broadcasts over the batch when added "
+        "to (B, T, D).",
+        "Before indexing, test T > max_seq_len and raise ValueError(f'... {T} ... {max_seq_len} ...') "
+        "naming both numbers.",
+    ],
+)
+
+# --------------------------------------------------------------- permutation equivariance
+
+
+def _attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor):
+    """A single-head self-attention without positions: (B, T, D) -> (B, T, D)."""
+
+    def attention(z: torch.Tensor) -> torch.Tensor:
+        q, k, v = z @ wq, z @ wk, z @ wv  # (B, T, D) each
+        weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(z.shape[-1]), dim=-1)  # (B, T, T)
+        return weights @ v
+
+    return attention
+
+
+# (B, T, D, perm): no perm below is its own inverse, so perm and argsort(perm) differ.
+PERM_CASES = [(2, 6, 8, [2, 0, 5, 1, 3, 4]), (1, 3, 4, [1, 2, 0]), (3, 7, 6, [6, 0, 1, 2, 3, 4, 5])]
+
+
+def perm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = [(b, t, d, torch.tensor(p)) for b, t, d, p in PERM_CASES]
+    if hidden:
+        for _ in range(3):
+            t = int(torch.randint(4, 17, (), generator=g))
+            b, d = int(torch.randint(1, 4, (), generator=g)), 2 * int(torch.randint(2, 9, (), generator=g))
+            shapes.append((b, t, d, torch.randperm(t, generator=g)))
+    cases = []
+    for b, t, d, perm in shapes:
+        inputs = {
+            "x": torch.randn(b, t, d, generator=g),
+            "perm": perm,
+            "positions": _pe(torch.arange(t), d, 10000.0).float(),
+            "weights": torch.randn(3, d, d, generator=g) / math.sqrt(d),
+        }
+        cases.append(Case(f"B={b}, T={t}, D={d}, perm={perm.tolist()}", inputs))
+    return cases
+
+
+def run_perm(equivariance_gap, case: Case) -> Outputs:
+    i = case.inputs
+    attention = _attention(*i["weights"])
+    return {
+        "gap_without_positions": equivariance_gap(attention, i["x"], i["perm"]),
+        "gap_with_positions": equivariance_gap(attention, i["x"], i["perm"], i["positions"]),
+    }
+
+
+def _no_gap(case: Case, out: Outputs) -> str | None:
+    gap = float(out["gap_without_positions"])
+    return (
+        None if gap < 1e-4 else f"without positions attention commutes with perm, but your gap is {gap:.3g}"
+    )
+
+
+EQUIVARIANCE = Check(
+    name="02.permutation_equivariance",
+    target="equivariance_gap",
+    cases=perm_cases,
+    run=run_perm,
+    properties=[Property("without positions the gap is ~0", _no_gap)],
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "positions has shape (T, D): add it to the (B, T, D) input, it broadcasts over the batch.",
+        ),
+        ErrorHint(
+            "'float' object has no attribute", "return a 0-dim tensor: (a - b).abs().max(), not .item()."
+        ),
+    ],
+    hints=[
+        "Two outputs to compare: attention applied to the permuted tokens, and the output for the original "
+        "tokens permuted afterwards. Both index the token axis (dim 1) with perm.",
+        "x[:, perm] puts token perm[j] in slot j; permuting the output the same way is f(x)[:, perm].",
+        "Positions belong to slots, not tokens: f(z) = attention(z + positions) with the same positions for "
+        "z = x and z = x[:, perm].",
+        "Return (f(x[:, perm]) - f(x)[:, perm]).abs().max(), a 0-dim tensor.",
+    ],
+)
+
+CHECKS = [SINUSOIDAL, PE_FIGURE, PE_DOT, RELATIVE_SHIFT, LEARNED, EQUIVARIANCE]
