@@ -1,4 +1,4 @@
-"""JupyterLab serves the notebooks and the self-study widget works, in a real headless Chromium."""
+"""JupyterLab serves the notebooks and their widgets work, in a real headless Chromium."""
 
 import os
 import secrets
@@ -42,9 +42,10 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on a copy of a completed notebook 07; yields the notebook's URL."""
-    nbformat.write(perfect("07_rmsnorm"), tmp_path / "07_rmsnorm.ipynb")
+def lab(tmp_path, request):
+    """A JupyterLab server on a copy of a completed notebook; yields the notebook's URL."""
+    assignment = request.param
+    nbformat.write(perfect(assignment), tmp_path / f"{assignment}.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
     command = [
         sys.executable,
@@ -77,15 +78,21 @@ def lab(tmp_path):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("JupyterLab did not start") from None
                 time.sleep(0.5)
-        yield f"{base}/lab/tree/07_rmsnorm.ipynb?token={token}"
+        yield f"{base}/lab/tree/{assignment}.ipynb?token={token}"
     finally:
         _stop(server)
 
 
-def test_notebook_runs_and_hint_widget_reveals_hints_then_solution(lab, tmp_path):
+@pytest.mark.parametrize(
+    ("lab", "scenario"),
+    [("07_rmsnorm", "hints"), ("00_warmup", "playground")],
+    ids=["hint widget reveals hints then solution", "spirals playground retrains and redraws"],
+    indirect=["lab"],
+)
+def test_notebook_runs_and_its_widget_works(lab, scenario, tmp_path):
     script = Path(__file__).with_name("browser_session.py")
     session = subprocess.Popen(
-        [sys.executable, str(script), lab, str(tmp_path / "lab.png")],
+        [sys.executable, str(script), lab, str(tmp_path / "lab.png"), scenario],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
