@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
+import torch
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
@@ -526,37 +527,66 @@ def _grade_all(
     submissions: list[Submission], out: Path, limits: Limits, seed: int, jobs: int
 ) -> list[Result]:
     """Grade in `jobs` worker processes, each with a memory cap (the judge's inputs come from
-    students). A worker that dies anyway breaks the pool: what it left unfinished is graded
-    again one at a time, so that only the notebook that kills a worker fails."""
+    students). A worker that dies anyway, or is still busy long after the notebook's time
+    limit (it is then killed), breaks the pool: what it left unfinished is graded again one at
+    a time, so that only the notebook that kills or hangs a worker fails."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     task = (out, limits, seed, threads)
+    patience = limits.notebook_timeout + WORKER_GRACE_S
     results, crashed = [], []
     with _workers(jobs, limits) as pool:
         futures = {pool.submit(grade_one, s, *task): s for s in submissions}
         for future, submission in futures.items():
             try:
-                results.append(future.result())
+                results.append(_result_within(future, patience, pool))
             except BrokenProcessPool:
                 crashed.append(submission)
     for submission in crashed:
         with _workers(1, limits) as pool:
             try:
-                results.append(pool.submit(grade_one, submission, *task).result())
-            except BrokenProcessPool:
-                reason = "the grader's worker died on this notebook (out of memory?)"
+                results.append(_result_within(pool.submit(grade_one, submission, *task), patience, pool))
+            except BrokenProcessPool as error:
+                reason = str(error) if isinstance(error, WorkerHung) else WORKER_DIED
                 failed = _failed(submission.student, submission.notebook, reason)
                 results.append(_save_result(submission, out, failed, reason, _sha256(submission.path)))
     return results
 
 
+WORKER_GRACE_S = 300  # past the notebook's own limit: judging, saving grades, the feedback page
+WORKER_DIED = "the grader's worker died on this notebook (out of memory?)"
+
+
+class WorkerHung(BrokenProcessPool):
+    """A worker still busy far past the notebook's time limit; the pool's workers were killed."""
+
+
+def _result_within(future, seconds: float, pool: ProcessPoolExecutor) -> Result:
+    """The future's result; a worker that does not finish within `seconds` of this call is
+    killed with the rest of the pool (a pool cannot kill one worker), which breaks it."""
+    try:
+        return future.result(timeout=seconds)
+    except TimeoutError:
+        for process in list(pool._processes.values()):  # no public way to reach the workers
+            process.kill()
+        raise WorkerHung(f"grading this notebook did not finish within {seconds:g} s") from None
+
+
 def _workers(jobs: int, limits: Limits) -> ProcessPoolExecutor:
     # The kernel's own cap must fit under the worker's (a child can only lower its limits).
     worker_bytes = limits.memory_bytes + 4 * 2**30
-    return ProcessPoolExecutor(max_workers=jobs, initializer=_limit_memory, initargs=(worker_bytes,))
+    return ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(worker_bytes,))
 
 
-def _limit_memory(limit: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _start_worker(memory_limit: int) -> None:
+    """Cap the worker's memory, and keep its torch on one thread.
+
+    A worker is forked. If the parent ever ran a parallel torch operation, the child inherits
+    an OpenMP thread pool whose threads did not survive the fork, and its first parallel
+    operation (the judge's) waits for them forever; one thread never waits. The judge's
+    tensors are small, so nothing is lost.
+    """
+    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    torch.set_num_threads(1)
 
 
 def write_csv(path: Path, results: list[Result]) -> None:

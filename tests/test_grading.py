@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -320,6 +321,29 @@ def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
     assert (results["crasher"].status, results["crasher"].reason) == (
         "failed",
         "the grader's worker died on this notebook (out of memory?)",
+    )
+
+
+def _hangs_on_hanger(submission, *args):
+    """grade_one, except that its worker never finishes for the student named hanger."""
+    if submission.student == "hanger":
+        time.sleep(3600)
+    return REAL_GRADE_ONE(submission, *args)
+
+
+@needs_sandbox
+def test_a_worker_that_hangs_is_killed_and_costs_only_its_own_notebook(tmp_path, monkeypatch):
+    for student in ("hanger", "steady"):
+        (tmp_path / "in" / student).mkdir(parents=True)
+        nbformat.write(release("07_rmsnorm"), tmp_path / "in" / student / "07_rmsnorm.ipynb")
+    monkeypatch.setattr(grading, "grade_one", _hangs_on_hanger)
+    monkeypatch.setattr(grading, "WORKER_GRACE_S", 5)
+    limits = grading.Limits(notebook_timeout=20)
+    results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2, limits=limits)}
+    assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
+    assert (results["hanger"].status, results["hanger"].reason) == (
+        "failed",
+        "grading this notebook did not finish within 25 s",
     )
 
 
