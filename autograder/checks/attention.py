@@ -504,7 +504,8 @@ LAYER_NORM = Check(
     hints=[
         "Per token: subtract the mean of its D features, divide by their standard deviation, then scale "
         "and shift feature by feature.",
-        "mean and variance over dim=-1 with keepdim=True; the variance divides by D (biased), not D - 1.",
+        "mean and variance over dim=-1 with keepdim=True; the variance divides by D (biased), not D - 1: "
+        "x.var(dim=-1, keepdim=True, unbiased=False), or correction=0, or the mean of (x - mean) ** 2.",
         "eps goes inside the root: (x - mean) / torch.sqrt(var + eps), not / (std + eps).",
         "weight = nn.Parameter(torch.ones(hidden_size)), bias = nn.Parameter(torch.zeros(hidden_size)): "
         "one per feature, not scalars.",
