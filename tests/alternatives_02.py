@@ -36,7 +36,7 @@ def plot_with_matshow(seq_len, hidden_size):
     dots = torch.einsum("id,jd->ij", pe, pe)
     fig = plt.figure(figsize=(10, 4))
     for index, (matrix, title, labels) in enumerate(
-        [(pe, "PE", ("dim", "pos")), (dots, "PE PE^T", ("pos j", "pos i"))], start=1
+        [(pe, "PE", ("dim", "pos")), (dots, "PE PE^T", ("pos q", "pos p"))], start=1
     ):
         ax = fig.add_subplot(1, 2, index)
         shown = ax.matshow(matrix.numpy())
@@ -59,16 +59,16 @@ def plot_with_pcolormesh(seq_len, hidden_size):
     return fig
 
 
-# ------------------------------------------------------------------- PE[i] . PE[i + k]
+# ------------------------------------------------------------------- PE[p] . PE[p + k]
 
 
 def dot_einsum(offset, hidden_size, base=10000.0):
     freqs = torch.exp(-math.log(base) * torch.arange(0, hidden_size, 2, dtype=torch.float32) / hidden_size)
-    return torch.cos(torch.einsum("...,k->...k", offset.to(torch.float32), freqs)).sum(-1)
+    return torch.cos(torch.einsum("...,i->...i", offset.to(torch.float32), freqs)).sum(-1)
 
 
 def dot_complex(offset, hidden_size, base=10000.0):
-    """Real part of sum_k e^(i w_k offset)."""
+    """Real part of sum over pairs i of exp(1j * w_i * offset)."""
     freqs = base ** (-torch.arange(0, hidden_size, 2, dtype=torch.float32) / hidden_size)
     angles = offset.float().unsqueeze(-1) * freqs
     return torch.polar(torch.ones_like(angles), angles).sum(-1).real

@@ -197,17 +197,17 @@ PE_FIGURE = Check(
         ),
     ],
     hints=[
-        "Two panels side by side: fig, (ax1, ax2) = plt.subplots(1, 2, figsize=...).",
-        "Left: ax1.imshow(pe) with pe = sinusoidal_positional_encoding(seq_len, hidden_size): "
-        "rows (positions) "
-        "run down the y axis, columns (hidden dims) along x.",
-        "Right: the (seq_len, seq_len) matrix pe @ pe.T; entry [i, j] is PE[i] . PE[j].",
+        "Compute the two matrices first, then draw each on its own panel of one figure: the PE table of "
+        "Question 1, and the dot products between every pair of positions.",
+        "Two panels side by side: fig, (ax1, ax2) = plt.subplots(1, 2). Left: ax1.imshow(pe) with "
+        "pe = sinusoidal_positional_encoding(seq_len, hidden_size), positions down y, hidden dims along x.",
+        "Right: the (seq_len, seq_len) matrix pe @ pe.T; entry [p, q] is PE[p] . PE[q].",
         "Each panel needs set_title, set_xlabel, set_ylabel and fig.colorbar(image, ax=ax); return fig "
         "without plt.show().",
     ],
 )
 
-# ------------------------------------------------------------------- PE[i] . PE[i + k]
+# ------------------------------------------------------------------- PE[p] . PE[p + k]
 
 OFFSETS_CASES = [
     ("offsets -5 .. 5", torch.arange(-5, 6), 8, 10000.0),
@@ -241,11 +241,11 @@ def _toeplitz(case: Case, out: Outputs) -> str | None:
     got = out["dot"].reshape(-1).double()
     if got.shape != offset.shape:
         return None
-    for i in (0, 5, 17):
-        direct = (_pe(torch.tensor([i]), d, base) * _pe(i + offset, d, base)).sum(-1)  # PE[i] . PE[i + k]
+    for p in (0, 5, 17):
+        direct = (_pe(torch.tensor([p]), d, base) * _pe(p + offset, d, base)).sum(-1)  # PE[p] . PE[p + k]
         gap = (got - direct).abs().max().item() if len(got) else 0.0
         if gap > 1e-3:
-            return f"PE[{i}] . PE[{i} + offset] differs from your value by up to {gap:.3g}"
+            return f"PE[{p}] . PE[{p} + offset] differs from your value by up to {gap:.3g}"
     return None
 
 
@@ -254,7 +254,7 @@ PE_DOT = Check(
     target="pe_dot_product",
     cases=dot_cases,
     run=run_dot,
-    properties=[Property("equals PE[i] . PE[i + offset] for every i (Toeplitz)", _toeplitz)],
+    properties=[Property("equals PE[p] . PE[p + offset] for every position p (Toeplitz)", _toeplitz)],
     # A sum of up to 32 cosines of float32 angles up to 60 rad (each rounded by ~4e-6).
     extra_tolerance={torch.float32: (1e-5, 1e-4)},
     error_hints=[
@@ -269,10 +269,10 @@ PE_DOT = Check(
         ),
     ],
     hints=[
-        "Write PE[i] . PE[j] as a sum over the pairs: each pair contributes "
-        "sin(i w) sin(j w) + cos(i w) cos(j w).",
-        "That is cos(i w - j w): the positions enter only through j - i. Sum cos(w_k * offset) over the "
-        "hidden_size / 2 frequencies w_k.",
+        "Write PE[p] . PE[q] as a sum over the pairs: pair i contributes "
+        "sin(p w_i) sin(q w_i) + cos(p w_i) cos(q w_i).",
+        "That is cos((q - p) w_i): the positions enter only through the offset q - p. Sum cos(w_i * offset) "
+        "over the hidden_size / 2 frequencies w_i.",
         "Broadcast: offset.float()[..., None] * freqs has shape offset.shape + (hidden_size // 2,); "
         "take cos and sum over the last axis.",
     ],
@@ -444,12 +444,13 @@ LEARNED = Check(
         ),
     ],
     hints=[
-        "The table has one row per position, so nn.Embedding(max_seq_len, hidden_size): "
-        "the first argument is the number of rows.",
+        "The module learns one vector of size hidden_size for each position 0 .. max_seq_len - 1: a "
+        "lookup table whose rows are positions, not hidden dimensions.",
         "In forward, T = token_embeddings.shape[1]; the positions are torch.arange(T) "
         "(on the input's device).",
-        "self.position_embedding(positions) has shape (T, D) and broadcasts over the batch when added "
-        "to (B, T, D).",
+        "In __init__, self.position_embedding = nn.Embedding(max_seq_len, hidden_size) (the first argument "
+        "is the number of rows); self.position_embedding(positions) has shape (T, D) and broadcasts over "
+        "the batch when added to (B, T, D).",
         "Before indexing, test T > max_seq_len and raise ValueError(f'... {T} ... {max_seq_len} ...') "
         "naming both numbers.",
     ],
@@ -526,7 +527,8 @@ EQUIVARIANCE = Check(
     hints=[
         "Two outputs to compare: attention applied to the permuted tokens, and the output for the original "
         "tokens permuted afterwards. Both index the token axis (dim 1) with perm.",
-        "x[:, perm] puts token perm[j] in slot j; permuting the output the same way is f(x)[:, perm].",
+        "x[:, perm] puts the token from slot perm[p] in slot p; permuting the output the same way is "
+        "f(x)[:, perm].",
         "Positions belong to slots, not tokens: f(z) = attention(z + positions) with the same positions for "
         "z = x and z = x[:, perm].",
         "Return (f(x[:, perm]) - f(x)[:, perm]).abs().max(), a 0-dim tensor.",

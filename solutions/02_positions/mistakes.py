@@ -89,7 +89,7 @@ def no_titles_or_labels(seq_len, hidden_size):
     return _figure(pe, pe @ pe.T, labels=False)
 
 
-# ------------------------------------------------------------------- PE[i] . PE[i + k]
+# ------------------------------------------------------------------- PE[p] . PE[p + k]
 
 
 def _angles(offset, hidden_size, base, **kwargs):
@@ -254,7 +254,7 @@ MISTAKES = {
         ),
         Mistake(
             "PE.T @ PE (dims x dims) instead of PE @ PE.T (positions x positions)",
-            "entry [i, j] of the right panel is PE[i] . PE[j]: pe @ pe.T.",
+            "entry [p, q] of the right panel is PE[p] . PE[q]: pe @ pe.T.",
             dims_dot_product,
         ),
         Mistake(
