@@ -120,6 +120,10 @@ class Check:
         return self.answer or self.name.split(".", 1)[1]
 
     @property
+    def target_names(self) -> tuple[str, ...]:
+        return (self.target,) if isinstance(self.target, str) else self.target
+
+    @property
     def target_source(self) -> str:
         """How a test cell names the object under test: `RMSNorm`, or `(MLP, train)`."""
         return self.target if isinstance(self.target, str) else f"({', '.join(self.target)})"

@@ -289,6 +289,7 @@ def activation_check(name: str, functions: tuple[str, str], hints: list[str]) ->
         properties=[SLOPE],
         error_hints=[NOT_A_TENSOR],
         hints=hints,
+        hidden_points=1.0,  # three short formulas: together worth less than the spirals question
     )
 
 
@@ -306,17 +307,19 @@ RELU = activation_check(
     "relu",
     ("relu", "relu_derivative"),
     [
-        "relu(z) = max(z, 0) elementwise: torch.clamp or torch.where, not Python's max.",
+        "ReLU keeps positive values and sets the others to 0, elementwise on the whole tensor at once "
+        "(Python's max works on single numbers only).",
         "Its derivative is 1 where z > 0 and 0 where z < 0; at z = 0 this course (like PyTorch) uses 0.",
-        "A comparison gives a bool tensor: convert it with .to(z.dtype) so the dtype matches the input's.",
+        "torch.clamp(z, min=0) or torch.where(z > 0, z, 0) for relu. A comparison gives a bool tensor: "
+        "convert it with .to(z.dtype) so the derivative has the input's dtype.",
     ],
 )
 SILU = activation_check(
     "silu",
     ("silu", "silu_derivative"),
     [
-        "silu(z) = z * sigmoid(z) = z / (1 + e^-z): reuse your sigmoid.",
-        "Product rule: silu'(z) = sigmoid(z) + z * sigmoid'(z).",
+        "SiLU is the input scaled by its own sigmoid: reuse your sigmoid rather than a new exponential.",
+        "Product rule on z * sigmoid(z): silu'(z) = sigmoid(z) + z * sigmoid'(z).",
         "Written with sigmoid(z) only, silu'(z) = s + z s (1 - s) stays finite for every z; "
         "formulas with e^-z in numerator and denominator overflow to inf / inf = NaN for very negative z.",
     ],
@@ -379,6 +382,11 @@ def spirals_criterion(case: Case, out: Outputs) -> str | None:
         return (
             f"MLP({i['width']}, {i['depth']}) should have {i['depth']} hidden layers of {i['width']} units "
             f"between 2 inputs and 2 outputs, {want} parameters with biases; yours has {n_params}"
+            + (
+                " (layers in a plain Python list are not registered: use nn.Sequential or nn.ModuleList)"
+                if n_params < want
+                else ""
+            )
         )
     if losses.shape != (i["steps"],):
         return f"train should run exactly steps={i['steps']} steps, one loss each; got {len(losses)}"
@@ -414,6 +422,11 @@ SPIRALS_CHECK = Check(
     criterion=spirals_criterion,
     properties=[Property("the training loss decreases", _loss_decreases)],
     error_hints=[
+        ErrorHint(
+            "empty parameter list",
+            "the model has no parameters: layers kept in a plain Python list are not registered. "
+            "Chain them with nn.Sequential or keep them in an nn.ModuleList.",
+        ),
         ErrorHint(
             "mat1 and mat2 shapes cannot be multiplied",
             "the first layer takes 2 inputs, each hidden layer `width`, and the last gives 2 logits.",
