@@ -231,7 +231,8 @@ def judge(
             return Verdict(check.name, False, f"case {case.name}: property '{name}' fails: {failure}")
     names = ", ".join(p.name for p in check.properties)
     extra = f"; properties hold: {names}" if names else ""
-    return Verdict(check.name, True, f"{len(cases)} cases match the reference{extra}")
+    met = "meet the check's criterion" if check.criterion else "match the reference"
+    return Verdict(check.name, True, f"{len(cases)} cases {met}{extra}")
 
 
 def _property_failures(check: Check, case: Case, result: RunResult) -> list[tuple[str, str]]:
@@ -250,11 +251,11 @@ def _property_failures(check: Check, case: Case, result: RunResult) -> list[tupl
 
 
 def _judge_case(check: Check, case: Case, result: RunResult, reference: Outputs) -> str | None:
-    if check.criterion is None or isinstance(result, str):
-        return _compare(check, result, reference)
     try:
+        if check.criterion is None or isinstance(result, str):
+            return _compare(check, result, reference)
         return check.criterion(case, result)
-    except Exception as error:  # outputs of the wrong form (what a kernel sends is not trusted)
+    except Exception as error:  # outputs of a form no check expects (what a kernel sends is untrusted)
         return f"the outputs are not of the expected form ({type(error).__name__}: {error})"
 
 
@@ -318,6 +319,14 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
         return ""
     for mistake in mistakes:
         wrong = expect.mistakes.get(mistake.name)
-        if isinstance(wrong, dict) and _compare(check, result, wrong) is None:
+        if isinstance(wrong, dict) and _judge_case_quietly(check, result, wrong):
             return f"{mistake.name}. {mistake.advice}"
     return ""
+
+
+def _judge_case_quietly(check: Check, result: Outputs, wrong: Outputs) -> bool:
+    """Whether the result equals a mistake's outputs; outputs too malformed to compare do not."""
+    try:
+        return _compare(check, result, wrong) is None
+    except Exception:
+        return False

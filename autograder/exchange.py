@@ -25,6 +25,10 @@ ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs s
 MAX_RESULT_BYTES = 256 * 2**20
 MAX_ERROR_CHARS = 2000
 MAX_ELEMENTS = 2**24  # per result tensor; the checks' outputs are far smaller
+RESULT_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+}  # fmt: skip
 
 
 class MalformedResults(ValueError):
@@ -129,13 +133,24 @@ def _validated(data, n_cases: int) -> list[RunResult]:
         ):  # a zero-stride view of one stored number can claim billions of elements
             raise MalformedResults(f"a result tensor has more than {MAX_ELEMENTS} elements")
         elif isinstance(entry, dict) and all(
-            isinstance(k, str) and type(v) is torch.Tensor and v.layout == torch.strided
-            for k, v in entry.items()
+            isinstance(k, str) and _plain_tensor(v) for k, v in entry.items()
         ):
             results.append({k: v.contiguous().clone() for k, v in entry.items()})
         else:
             raise MalformedResults("a result is neither a dict of tensors nor an error message")
     return results
+
+
+def _plain_tensor(value) -> bool:
+    """A dense CPU tensor of an ordinary dtype: what every check returns. Meta, nested and
+    quantized tensors pass as `torch.Tensor` too, but would break the judge's arithmetic."""
+    return (
+        type(value) is torch.Tensor
+        and value.layout == torch.strided
+        and value.device.type == "cpu"
+        and not value.is_nested
+        and value.dtype in RESULT_DTYPES
+    )
 
 
 # ------------------------------------------------------------------ kernel side (untrusted)

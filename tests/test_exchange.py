@@ -44,6 +44,11 @@ def test_missing_results_are_none(folder):
         ([{"y": torch.ones(2)}, {"y": [1.0, 2.0]}], "neither a dict of tensors"),
         ([{"y": torch.ones(2)}, 3.5], "neither a dict of tensors"),
         ([{"y": torch.ones(2)}, {"y": torch.ones(2).to_sparse()}], "neither a dict of tensors"),
+        ([{"y": torch.ones(2)}, {"y": torch.empty(2, device="meta")}], "neither a dict of tensors"),
+        (
+            [{"y": torch.ones(2)}, {"y": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)}],
+            "neither a dict of tensors",
+        ),
     ],
 )
 def test_malformed_results_are_refused(folder, data, problem):

@@ -319,8 +319,8 @@ def _shifts(case: Case, out: Outputs) -> str | None:
 
 
 def _orthogonal(case: Case, out: Outputs) -> str | None:
-    m = out["M_k"]
-    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+    m, d = out["M_k"], case.inputs["hidden_size"]
+    if m.shape != (d, d):  # a wrong shape is reported first; never multiply an arbitrary matrix
         return None
     gap = (m.double() @ m.double().T - torch.eye(len(m), dtype=torch.float64)).abs().max().item()
     return None if gap < 1e-4 else f"a rotation has M M^T = I; yours is off by up to {gap:.3g}"
