@@ -534,11 +534,18 @@ def _grade_all(
     task = (out, limits, seed, threads)
     patience = limits.notebook_timeout + WORKER_GRACE_S
     results, crashed = [], []
+
+    def give_up(submission: Submission, reason: str) -> None:
+        failed = _failed(submission.student, submission.notebook, reason)
+        results.append(_save_result(submission, out, failed, reason, _sha256(submission.path)))
+
     with _workers(jobs, limits) as pool:
         futures = {pool.submit(grade_one, s, *task): s for s in submissions}
         for future, submission in futures.items():
             try:
                 results.append(_result_within(future, patience, pool))
+            except WorkerHung as hung:  # not worth a second wait; the others killed with it are
+                give_up(submission, str(hung))
             except BrokenProcessPool:
                 crashed.append(submission)
     for submission in crashed:
@@ -546,9 +553,7 @@ def _grade_all(
             try:
                 results.append(_result_within(pool.submit(grade_one, submission, *task), patience, pool))
             except BrokenProcessPool as error:
-                reason = str(error) if isinstance(error, WorkerHung) else WORKER_DIED
-                failed = _failed(submission.student, submission.notebook, reason)
-                results.append(_save_result(submission, out, failed, reason, _sha256(submission.path)))
+                give_up(submission, str(error) if isinstance(error, WorkerHung) else WORKER_DIED)
     return results
 
 
