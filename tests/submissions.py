@@ -5,8 +5,12 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.api import grading_seed, judge_results, make_cases
 from autograder.cells import grade_id, nbgrader_meta
+from autograder.checks import CHECKS
+from autograder.core import Check, run_stage
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
+from autograder.reference import assignment_of, is_reference_cell
 
 
 def release(assignment: str) -> nbformat.NotebookNode:
@@ -38,14 +42,50 @@ def with_answer(notebook: nbformat.NotebookNode, answer_id: str, source: str) ->
 
 
 def mutant(assignment: str, answer_id: str, target: str | tuple[str, ...], impl) -> nbformat.NotebookNode:
-    """A perfect submission whose answer cell defines `target` as a known mistake instead.
+    """A perfect submission whose answer cell ends by redefining `target` as a known mistake.
 
-    For a check of several names (`target` a tuple), the mistake is a tuple of as many objects."""
+    The reference's answer stays above it, so the other names of a shared answer cell remain
+    defined. For a check of several names (`target` a tuple), the mistake is a tuple of as
+    many objects."""
     module_source = (SOLUTIONS / assignment / "mistakes.py").read_text()
     names = [target] if isinstance(target, str) else list(target)
     impls = [impl] if isinstance(target, str) else list(impl)
     assignments = "".join(f"{name} = {obj.__name__}\n" for name, obj in zip(names, impls, strict=True))
-    return with_answer(perfect(assignment), answer_id, f"{module_source}\n{assignments}")
+    answer = solution_sources(assignment)[answer_id]
+    return with_answer(perfect(assignment), answer_id, f"{answer}\n\n{module_source}\n{assignments}")
+
+
+def namespace(notebook: nbformat.NotebookNode) -> dict:
+    """What a notebook defines through its imports cell and answer cells, executed here."""
+    names = {"__name__": "submission"}
+    for cell in notebook.cells:
+        if is_reference_cell(cell):
+            exec(compile(cell.source, grade_id(cell), "exec"), names)
+    return names
+
+
+def objects_for(check: Check, names: dict):
+    """What the test cell of `check` passes: one object, or a tuple of several."""
+    objects = tuple(names[target] for target in check.target_names)
+    return objects[0] if isinstance(check.target, str) else objects
+
+
+def score_when_graded(assignment: str, notebook: nbformat.NotebookNode, batch_seed: int) -> float:
+    """The score the grader must give `notebook`, worked out here without kernel or sandbox:
+    each check of the assignment judged on the cases the batch seed draws, visible and hidden."""
+    names = namespace(notebook)
+    score = 0.0
+    for name, check in CHECKS.items():
+        if assignment_of(name) != assignment:
+            continue
+        for hidden in (False, True):
+            cases = make_cases(name, hidden=hidden, seed=grading_seed(batch_seed, name, hidden))
+            try:
+                objects = objects_for(check, names)
+            except KeyError:  # not defined: the test cell raises NameError and earns nothing
+                continue
+            score += judge_results(name, cases, run_stage(check, objects, cases), hidden=hidden).points
+    return score
 
 
 def digests(folder: Path) -> dict[str, str]:

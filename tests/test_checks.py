@@ -13,7 +13,6 @@ import torch
 
 from autograder import CHECKS, CheckFailed, check, evaluate, reference
 from autograder.api import make_cases
-from autograder.cells import grade_id
 from autograder.core import run_stage
 
 from .alternatives import (
@@ -23,7 +22,7 @@ from .alternatives import (
     rotation_matrix_complex,
     rotation_matrix_exp,
 )
-from .submissions import release
+from .submissions import namespace, objects_for, release
 
 SEEDS = [1, 2, 3]
 HIDDEN_SEED = 7
@@ -35,22 +34,14 @@ def verdict(name, obj, seed=None):
     return evaluate(name, obj, hidden=seed is not None, seed=seed)
 
 
-def reference_of(name, names=None):
-    """The object a check is called with, from the reference (or from the given namespace)."""
-    if names is None:
-        return reference.reference_object(name, CHECKS[name].target)
-    objects = tuple(names[target] for target in CHECKS[name].target_names)
-    return objects[0] if isinstance(CHECKS[name].target, str) else objects
+def reference_of(name):
+    return reference.reference_object(name, CHECKS[name].target)
 
 
 @cache
 def release_namespace(assignment):
     """What a student's notebook defines before answering: the imports and the stubbed answer cells."""
-    names = {"__name__": f"release_{assignment}"}
-    for cell in release(assignment).cells:
-        if reference.is_reference_cell(cell):
-            exec(compile(cell.source, f"{assignment}:{grade_id(cell)}", "exec"), names)
-    return names
+    return namespace(release(assignment))
 
 
 def _id(seed):
@@ -71,7 +62,7 @@ def test_reference_passes(name, seed):
 @VISIBLE_AND_HIDDEN
 @pytest.mark.parametrize("name", CHECKS)
 def test_release_stub_fails(name, seed):
-    stub = reference_of(name, release_namespace(reference.assignment_of(name)))
+    stub = objects_for(CHECKS[name], release_namespace(reference.assignment_of(name)))
     result = verdict(name, stub, seed)
     assert not result.passed
     assert result.points == 0

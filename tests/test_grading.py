@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from functools import cache
 from pathlib import Path
 
 import nbformat
@@ -24,7 +25,16 @@ from autograder.reference import assignment_of, mistakes
 
 from .feedback import page_text
 from .machine import needs_sandbox
-from .submissions import digests, grade_id, mutant, perfect, release, solution_sources, with_answer
+from .submissions import (
+    digests,
+    grade_id,
+    mutant,
+    perfect,
+    release,
+    score_when_graded,
+    solution_sources,
+    with_answer,
+)
 
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 10, 40
 FULL = {  # what a perfect submission of each notebook scores
@@ -34,23 +44,29 @@ FULL = {  # what a perfect submission of each notebook scores
 ANSWER = {name: check.answer_cell for name, check in CHECKS.items()}
 
 
+BATCH_SEED = 20261122  # fixed, so that each mutant's expected score can be worked out beforehand
+
+
+@cache
 def _mutants():
-    """(student, assignment, notebook, expected score, mistake name) for every catalogued mistake."""
-    seen = set()
+    """(student, assignment, notebook, expected score, mistake name) for every catalogued mistake.
+
+    A mistake costs the points of its own check, and of any check whose answer uses it (a
+    wrong `neuron` inside `gradient_step`): the expected score is judged in this process on
+    the batch's cases, and the grader, sandbox and all, must give exactly that."""
+    seen, found = set(), []
     for name, check in CHECKS.items():
         assignment = assignment_of(name)
         for mistake in mistakes(name):
             if mistake.impl in seen:
                 continue
             seen.add(mistake.impl)
-            lost = sum(
-                c.points + c.hidden_points
-                for n, c in CHECKS.items()
-                if any(m.impl is mistake.impl for m in mistakes(n))
-            )
             student = "mutant-" + re.sub(r"[^a-z0-9]+", "-", f"{name} {mistake.name}".lower()).strip("-")[:60]
             notebook = mutant(assignment, ANSWER[name], check.target, mistake.impl)
-            yield student, assignment, notebook, FULL[assignment] - lost, mistake.name
+            score = score_when_graded(assignment, notebook, BATCH_SEED)
+            assert score <= FULL[assignment] - check.points - check.hidden_points, (student, score)
+            found.append((student, assignment, notebook, score, mistake.name))
+    return found
 
 
 def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]:
@@ -107,6 +123,8 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
 def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("submissions")
     out = tmp_path_factory.mktemp("out")
+    (out / "work").mkdir()
+    (out / "work" / "case_seed").write_text(str(BATCH_SEED))  # the grader draws its cases from it
     expected = _class(submissions)
     before = digests(submissions)
     assert (
@@ -337,13 +355,13 @@ def test_a_worker_that_hangs_is_killed_and_costs_only_its_own_notebook(tmp_path,
         (tmp_path / "in" / student).mkdir(parents=True)
         nbformat.write(release("07_rmsnorm"), tmp_path / "in" / student / "07_rmsnorm.ipynb")
     monkeypatch.setattr(grading, "grade_one", _hangs_on_hanger)
-    monkeypatch.setattr(grading, "WORKER_GRACE_S", 5)
+    monkeypatch.setattr(grading, "WORKER_GRACE_S", 10)
     limits = grading.Limits(notebook_timeout=20)
     results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2, limits=limits)}
     assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
     assert (results["hanger"].status, results["hanger"].reason) == (
         "failed",
-        "grading this notebook did not finish within 25 s",
+        "grading this notebook did not finish within 30 s",
     )
 
 
