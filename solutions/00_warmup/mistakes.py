@@ -198,7 +198,7 @@ class OneHiddenLayerMLP(MLP):
         super().__init__(width, min(depth, 1), activation)
 
 
-def train(model, x, y, steps, lr, *, step=True):
+def train_full_batch(model, x, y, steps, lr, *, step=True):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
@@ -212,7 +212,7 @@ def train(model, x, y, steps, lr, *, step=True):
 
 
 def train_without_step(model, x, y, steps, lr):
-    return train(model, x, y, steps, lr, step=False)
+    return train_full_batch(model, x, y, steps, lr, step=False)
 
 
 MISTAKES = {
@@ -282,9 +282,9 @@ MISTAKES = {
     ],
     "00.spirals": [
         Mistake("no activation between the layers: the MLP is one linear map",
-                "put the activation after every hidden nn.Linear (not after the last one).", (LinearMLP, train)),
+                "put the activation after every hidden nn.Linear (not after the last one).", (LinearMLP, train_full_batch)),
         Mistake("the depth is ignored: always one hidden layer",
-                "build `depth` hidden layers of `width` units in a loop.", (OneHiddenLayerMLP, train)),
+                "build `depth` hidden layers of `width` units in a loop.", (OneHiddenLayerMLP, train_full_batch)),
         # Not catalogued: a loop without optimizer.zero_grad(). Its accumulated gradients make
         # training chaotic, so a student's run never equals the judge's bit for bit and the
         # mistake could not be named; the loss property's message asks about zero_grad instead.
