@@ -321,6 +321,13 @@ def test_grades_given_by_hand_survive_a_rerun_unless_the_file_changed(graded):
 REAL_GRADE_ONE = grading.grade_one
 
 
+def _untouched_class(folder: Path, *students: str) -> None:
+    """Each student hands in the untouched release of notebook 07."""
+    for student in students:
+        (folder / student).mkdir(parents=True)
+        nbformat.write(release("07_rmsnorm"), folder / student / "07_rmsnorm.ipynb")
+
+
 def _dies_on_crasher(submission, *args):
     """grade_one, except that it kills its worker process for the student named crasher."""
     if submission.student == "crasher":
@@ -330,9 +337,7 @@ def _dies_on_crasher(submission, *args):
 
 @needs_sandbox
 def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
-    for student in ("crasher", "steady"):
-        (tmp_path / "in" / student).mkdir(parents=True)
-        nbformat.write(release("07_rmsnorm"), tmp_path / "in" / student / "07_rmsnorm.ipynb")
+    _untouched_class(tmp_path / "in", "crasher", "steady")
     monkeypatch.setattr(grading, "grade_one", _dies_on_crasher)
     results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2)}
     assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
@@ -351,9 +356,7 @@ def _hangs_on_hanger(submission, *args):
 
 @needs_sandbox
 def test_a_worker_that_hangs_is_killed_and_costs_only_its_own_notebook(tmp_path, monkeypatch):
-    for student in ("hanger", "steady"):
-        (tmp_path / "in" / student).mkdir(parents=True)
-        nbformat.write(release("07_rmsnorm"), tmp_path / "in" / student / "07_rmsnorm.ipynb")
+    _untouched_class(tmp_path / "in", "hanger", "steady")
     monkeypatch.setattr(grading, "grade_one", _hangs_on_hanger)
     monkeypatch.setattr(grading, "WORKER_GRACE_S", 10)
     limits = grading.Limits(notebook_timeout=20)
