@@ -21,7 +21,6 @@ Its notebook runs in a sandboxed kernel (autograder/sandbox.py); the checks are 
 the grading process (preprocessors.JudgedExecute), which never runs student code.
 """
 
-import csv
 import hashlib
 import html
 import json
@@ -32,7 +31,6 @@ import secrets
 import shutil
 import traceback
 import warnings
-import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack, contextmanager
@@ -46,10 +44,10 @@ from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
 
 from .build import generate_all, nbgrader_config
-from .paths import SOLUTIONS, assignments
+from .inbox import Submission, find_submissions
+from .paths import SOLUTIONS
+from .report import Result, failed, write_csv
 from .sandbox import unavailable_reason
-
-STATUSES = ("graded", "needs_manual_grading", "failed")
 
 
 @dataclass(frozen=True)
@@ -62,110 +60,8 @@ class Limits:
     sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
 
 
-@dataclass(frozen=True)
-class Submission:
-    student: str
-    notebook: str  # an assignment name, e.g. "04_rope"
-    path: Path  # the copy in work/inbox
-
-
-@dataclass(frozen=True)
-class Result:
-    student: str
-    notebook: str
-    score: float | None
-    max_score: float | None
-    status: str
-    reason: str = ""
-
-
-# ------------------------------------------------------------------------------ discovery
-
-MAX_ARCHIVE_BYTES = 8 * 2**30  # a class's zip; more is a zip bomb, not notebooks
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
 KERNEL_LOG_BYTES = 2**20  # what is kept of the kernel process's own output
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
-
-
-def find_submissions(source: Path, work: Path) -> tuple[list[Submission], list[Result]]:
-    """Copy what `source` holds into work/inbox; return the submissions and what was rejected.
-
-    Accepted: <student>/<notebook>.ipynb, flat <student>_<notebook>.ipynb, or a zip of either
-    (folders all the files share, such as an LMS export's top folder, are looked through).
-    A student's files are only ever the ones directly in their folder, and two files for one
-    notebook are both rejected rather than one picked.
-    """
-    inbox = work / "inbox"
-    shutil.rmtree(inbox, ignore_errors=True)
-    if zipfile.is_zipfile(source):
-        _safe_extract(source, inbox)
-    elif source.is_dir():  # links are copied as links, then refused: a submission is a file
-        shutil.copytree(
-            source, inbox, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX")
-        )
-    else:
-        raise SystemExit(f"{source} is neither a folder nor a zip file")
-    paths = [
-        p.relative_to(inbox)
-        for p in sorted(inbox.rglob("*.ipynb"))
-        if not any(part in (".ipynb_checkpoints", "__MACOSX") for part in p.parts)
-    ]
-    wrapper = _shared_folders(paths)
-    known = assignments()
-    found: dict[tuple[str, str], list[Path]] = {}
-    rejected: list[Result] = []
-    for relative in paths:
-        student, notebook = _identify(Path(*relative.parts[wrapper:]), known)
-        if (inbox / relative).is_symlink() or not (inbox / relative).is_file():
-            rejected.append(_failed(str(relative), notebook or "", "not a plain file"))
-        elif student is None or not STUDENT_ID.match(student):
-            reason = "cannot tell the student and notebook from this file name"
-            rejected.append(_failed(str(relative), notebook or "", reason))
-        elif notebook is None:
-            rejected.append(_failed(student, relative.stem, "not a notebook of this course"))
-        else:
-            found.setdefault((student, notebook), []).append(relative)
-    submissions = []
-    for (student, notebook), files in found.items():
-        if len(files) == 1:
-            submissions.append(Submission(student, notebook, inbox / files[0]))
-        else:
-            names = ", ".join(map(str, files))
-            rejected.append(_failed(student, notebook, f"more than one file for this notebook ({names})"))
-    return submissions, rejected
-
-
-def _shared_folders(paths: list[Path]) -> int:
-    """How many leading folders every path shares, keeping a student folder when all are nested."""
-    shared = 0
-    while paths and all(
-        len(p.parts) > shared + 2 and p.parts[shared] == paths[0].parts[shared] for p in paths
-    ):
-        shared += 1
-    return shared
-
-
-def _identify(relative: Path, known: list[str]) -> tuple[str | None, str | None]:
-    stem = relative.stem
-    if len(relative.parts) == 2:  # <student>/<notebook>.ipynb
-        return relative.parts[0], next((a for a in known if stem == a or stem.startswith(a)), None)
-    if len(relative.parts) == 1:  # <student>_<notebook>.ipynb
-        for assignment in known:
-            if stem.endswith("_" + assignment):
-                return stem[: -len(assignment) - 1], assignment
-    return None, None
-
-
-def _safe_extract(archive: Path, target: Path) -> None:
-    with zipfile.ZipFile(archive) as zf:
-        unpacked = sum(member.file_size for member in zf.infolist())
-        if unpacked > MAX_ARCHIVE_BYTES:
-            raise SystemExit(f"{archive}: refusing to unpack {unpacked / 2**30:.1f} GiB (more than 8 GiB)")
-        for member in zf.infolist():
-            destination = (target / member.filename).resolve()
-            if not destination.is_relative_to(target.resolve()):
-                raise SystemExit(f"{archive}: refusing the entry {member.filename!r} (outside the archive)")
-        zf.extractall(target)
 
 
 # ------------------------------------------------------------------------------ one course per batch
@@ -267,7 +163,7 @@ def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, thre
         result, log = _autograde(submission, out, limits, seed, threads)
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
         reason = f"the grader could not process this notebook ({type(error).__name__})"
-        result, log = _failed(submission.student, submission.notebook, reason), traceback.format_exc()
+        result, log = failed(submission.student, submission.notebook, reason), traceback.format_exc()
     return _save_result(submission, out, result, log, digest)
 
 
@@ -306,11 +202,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _failed(student: str, notebook: str, reason: str) -> Result:
-    """A row for a notebook that could not be graded: no score, the reason instead."""
-    return Result(student, notebook, None, None, "failed", reason)
-
-
 def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, str]:
     """The submission as an nbformat 4 notebook without outputs, and what reading it involved.
 
@@ -346,7 +237,7 @@ def _autograde(
         notebook, notes = read_notebook(submission.path)
     except Exception as error:
         reason = f"not a readable notebook: {str(error).splitlines()[0][:200]}"
-        return _failed(submission.student, submission.notebook, reason), reason
+        return failed(submission.student, submission.notebook, reason), reason
     work = out / "work"
     template = prepare_template(work)
     run = work / "runs" / submission.student / submission.notebook
@@ -364,7 +255,7 @@ def _autograde(
     )
     _truncate(run / "kernel.log", KERNEL_LOG_BYTES)
     if not outcome["success"]:
-        return _failed(submission.student, submission.notebook, _reason_from_log(log)), log
+        return failed(submission.student, submission.notebook, _reason_from_log(log)), log
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
         graded = gradebook.find_submission(submission.notebook, submission.student)
         score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade
@@ -536,8 +427,8 @@ def _grade_all(
     results, crashed = [], []
 
     def give_up(submission: Submission, reason: str) -> None:
-        failed = _failed(submission.student, submission.notebook, reason)
-        results.append(_save_result(submission, out, failed, reason, _sha256(submission.path)))
+        row = failed(submission.student, submission.notebook, reason)
+        results.append(_save_result(submission, out, row, reason, _sha256(submission.path)))
 
     with _workers(jobs, limits) as pool:
         futures = {pool.submit(grade_one, s, *task): s for s in submissions}
@@ -592,19 +483,3 @@ def _start_worker(memory_limit: int) -> None:
     """
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     torch.set_num_threads(1)
-
-
-def write_csv(path: Path, results: list[Result]) -> None:
-    partial = path.with_suffix(".partial")
-    with partial.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", "notebook", "score", "max_score", "status", "reason"])
-        for r in results:
-            writer.writerow(
-                [r.student, r.notebook, _number(r.score), _number(r.max_score), r.status, r.reason]
-            )
-    partial.rename(path)
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:g}"

@@ -17,9 +17,10 @@ from nbformat.v4 import new_code_cell
 from nbgrader.api import Gradebook
 
 import autograder.grading as grading
+import autograder.inbox as inbox
 from autograder.checks import CHECKS
 from autograder.cli import main
-from autograder.grading import find_submissions
+from autograder.inbox import find_submissions
 from autograder.paths import assignments
 from autograder.reference import assignment_of, mistakes
 
@@ -264,7 +265,7 @@ def test_a_zip_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
     archive = tmp_path / "class.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("ann/07_rmsnorm.ipynb", "0" * 10_000)
-    monkeypatch.setattr(grading, "MAX_ARCHIVE_BYTES", 1000)
+    monkeypatch.setattr(inbox, "MAX_ARCHIVE_BYTES", 1000)
     with pytest.raises(SystemExit, match="refusing to unpack"):
         find_submissions(archive, tmp_path / "work")
 
