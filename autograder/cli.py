@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .paths import NOTEBOOKS
+from .report import Result, shown
 
 
 def _build(args) -> int:
@@ -37,11 +38,17 @@ def _grade(args) -> int:
     )
     results = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, limits=limits)
     for r in results:
-        score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
-        print(f"{r.student:<20} {r.notebook:<14} {r.status:<21} {score:>8} {r.reason}")
+        print(summary_line(r))
     out = Path(args.out)
     print(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/, {out / 'logs'}/ and {out / 'course'}/")
     return 0
+
+
+def summary_line(r: Result) -> str:
+    """One row of grades.csv for the terminal; names and reasons come from students, hence `shown`
+    (a name with a newline or an escape code would otherwise forge or rewrite lines)."""
+    score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
+    return f"{shown(r.student):<20} {shown(r.notebook):<14} {r.status:<21} {score:>8} {shown(r.reason)}"
 
 
 def _check(args) -> int:

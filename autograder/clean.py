@@ -1,0 +1,144 @@
+"""What of a student's notebook may reach a page that an instructor opens.
+
+Feedback pages and formgrader render the graded notebook with nbconvert's templates,
+formgrader on the Jupyter server's own origin, where a script would act with the
+instructor's session. Those templates trust the notebook: an image's `width` metadata is
+written unquoted into its <img> tag, a raw cell is copied into the page as it is, and
+nbconvert's sanitiser only looks at HTML and markdown. So the notebook is cleaned before
+grades are saved, and the notebook stored is safe for every renderer that comes later:
+
+- outputs: only stream, display_data, execute_result and error; of a display, only
+  text/plain and PNG or JPEG images that decode as such; of output metadata, only a
+  numeric width and height per image;
+- cells: metadata reduced to nbgrader's (restored from the release for tracked cells);
+  attachments dropped; markdown and raw cells the student wrote shown as text.
+"""
+
+import base64
+import binascii
+import re
+
+from nbformat import from_dict
+from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
+
+from .cells import nbgrader_meta
+
+OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
+IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+MAX_IMAGE_SIDE = 10_000  # pixels: a width or height beyond is not one a page needs
+MAX_ERROR_CHARS = 4000  # of an error's name, message and each traceback line
+CELL_KEYS = ("nbgrader", "deletable", "editable")  # what nbgrader and JupyterLab read; all plain values
+
+
+class FenceStudentMarkdown(Preprocessor):
+    """Show the markdown and raw cells a student wrote as text, never as HTML: an instructor's
+    browser opening the feedback or formgrader must not run a student's <img onerror=...>, a
+    javascript: link or a raw cell's <script>. The release's own (locked) cells render as usual."""
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type in ("markdown", "raw") and not nbgrader_meta(cell).get("locked"):
+                longest = max((len(run) for run in re.findall(r"`+", cell.source)), default=0)
+                fence = "`" * max(3, longest + 1)  # no run of backticks inside can close it
+                cell.cell_type = "markdown"
+                cell.source = f"{fence}text\n{cell.source}\n{fence}"
+                cell.pop("attachments", None)
+        return nb, resources
+
+
+class CleanOutputs(Preprocessor):
+    """Reduce every output and cell to what renders safely (see the module docstring)."""
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            cell.metadata = {k: cell.metadata[k] for k in CELL_KEYS if k in cell.metadata}
+            if cell.cell_type != "code":
+                continue
+            kept = []
+            for output in cell.outputs:
+                clean = clean_output(output)
+                if clean is None:
+                    self.log.warning(
+                        "[course] an output of type %.40r was dropped", output.get("output_type", "")
+                    )
+                else:
+                    kept.append(clean)
+            cell.outputs = kept
+        return nb, resources
+
+
+def clean_output(output) -> dict | None:
+    """The output as it may be stored, or None when nothing of it may be."""
+    kind = output.get("output_type")
+    if kind not in OUTPUT_TYPES:
+        return None
+    if kind == "stream":
+        name = output.get("name") if output.get("name") in ("stdout", "stderr") else "stdout"
+        return from_dict({"output_type": kind, "name": name, "text": _text(output.get("text"))})
+    if kind == "error":
+        return from_dict(
+            {
+                "output_type": kind,
+                "ename": _text(output.get("ename"))[:MAX_ERROR_CHARS],
+                "evalue": _text(output.get("evalue"))[:MAX_ERROR_CHARS],
+                "traceback": [_text(line)[:MAX_ERROR_CHARS] for line in _lines(output.get("traceback"))],
+            }
+        )
+    data, metadata = _display(output.get("data"), output.get("metadata"))
+    clean = {"output_type": kind, "data": data, "metadata": metadata}
+    if kind == "execute_result":
+        count = output.get("execution_count")
+        clean["execution_count"] = count if type(count) is int else None
+    return from_dict(clean)
+
+
+def _display(data, metadata) -> tuple[dict, dict]:
+    """text/plain and valid images of a display, and their numeric sizes; other types are
+    described in text/plain when the display has no text of its own."""
+    data = data if isinstance(data, dict) else {}
+    metadata = metadata if isinstance(metadata, dict) else {}
+    clean, sizes = {}, {}
+    for mime, signature in IMAGE_SIGNATURES.items():
+        if _is_image(data.get(mime), signature):
+            clean[mime] = data[mime]
+            size = _size(metadata.get(mime))
+            if size:
+                sizes[mime] = size
+    dropped = sorted(str(m)[:60] for m in data if m not in clean and m != "text/plain")
+    if "text/plain" in data:
+        clean["text/plain"] = _text(data["text/plain"])
+    elif dropped and not clean:
+        clean["text/plain"] = f"[an output of type {', '.join(dropped)}: not shown in grading]"
+    return clean, sizes
+
+
+def _is_image(value, signature: bytes) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        raw = base64.b64decode(re.sub(r"\s+", "", value), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return raw.startswith(signature)
+
+
+def _size(meta) -> dict:
+    if not isinstance(meta, dict):
+        return {}
+    return {
+        key: meta[key]
+        for key in ("width", "height")
+        if type(meta.get(key)) is int and 0 < meta[key] <= MAX_IMAGE_SIDE
+    }
+
+
+def _text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return "" if value is None else repr(value)[:MAX_ERROR_CHARS]
+
+
+def _lines(value) -> list:
+    return value if isinstance(value, list) else []
