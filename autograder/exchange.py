@@ -10,10 +10,11 @@ checked for shape: a list with one entry per case, each a dict of CPU tensors or
 of an error. Anything else is a malformed result, which fails the check.
 """
 
+import errno
 import io
 import os
+import secrets
 import stat
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -24,7 +25,14 @@ from .core import Case, RunResult
 ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs stage 2 alone
 MAX_RESULT_BYTES = 256 * 2**20
 MAX_ERROR_CHARS = 2000
-MAX_ELEMENTS = 2**24  # per result tensor; the checks' outputs are far smaller
+# Bounds on what one results file may hold, checked before anything is materialised. The
+# largest the checks send: 82k elements in one case (02.pe_figure), 7 outputs per case, a
+# pickle of a few kB.
+MAX_CASE_ELEMENTS = 2**21
+MAX_FILE_ELEMENTS = 2**22
+MAX_OUTPUTS = 64  # per case
+MAX_PICKLE_BYTES = 2**20  # the structure (keys, tensor headers); tensor data is stored beside it
+MAX_ENTRIES = 4096  # archive members: one per tensor storage
 RESULT_DTYPES = {
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
@@ -49,27 +57,121 @@ def directory() -> Path | None:
 
 
 def prepare(exchange: Path) -> None:
-    """Empty folders before a test cell: results can only come from this cell's run.
+    """Empty folders before a test cell, so that its results come from its own run.
 
-    What the kernel left in results/ is removed without following links (a symlink goes,
-    not its target).
+    The kernel is still running and may refill results/ as it goes: one pass removes what is
+    there (through file descriptors, as remove_tree does) and what it cannot is left to the
+    clean-up after the kernel is killed. That costs nothing: whatever lies in results/ is
+    what the kernel sends, and is judged as such.
     """
     for sub in ("cases", "results"):
-        folder = exchange / sub
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.iterdir():
-            if stale.is_dir() and not stale.is_symlink():
-                remove_tree(stale)
-            else:
-                stale.unlink()
+        (exchange / sub).mkdir(parents=True, exist_ok=True)
+    top = os.open(exchange / "results", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for name in os.listdir(top):
+            try:
+                _clear(top, top, name, NESTING, once=True)
+            except OSError:
+                continue
+    finally:
+        os.close(top)
+    for name in os.listdir(exchange / "cases"):  # the grader's alone: the kernel cannot write there
+        (exchange / "cases" / name).unlink()
 
 
 def remove_tree(folder: Path) -> None:
-    """Delete a real folder a kernel wrote into: links inside are removed, never followed, at
-    any depth and whatever modes the kernel set (chmod -R skips links it meets; Python 3.11.7's
-    TemporaryDirectory cleanup would chmod their targets, and rmtree recurses in Python)."""
-    subprocess.run(["chmod", "-R", "u+rwX", "--", str(folder)], capture_output=True)
-    subprocess.run(["rm", "-rf", "--", str(folder)], capture_output=True, check=True)
+    """Delete a folder a kernel wrote into, whatever it put there and whatever it does meanwhile.
+
+    Every step goes through file descriptors opened without following links (unlinkat,
+    openat with O_NOFOLLOW, chmod of an O_PATH descriptor): never by a path name, so a
+    kernel still running cannot swap a folder for a symlink between the grader's look and
+    its act, and the grader, perhaps root, never changes or deletes anything outside.
+    Modes the kernel set are overridden on the folders themselves; the depth of the tree
+    costs neither recursion nor open descriptors (deep folders are moved up, not entered).
+    """
+    parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if _unlink(parent, folder.name):
+            return
+        top = _open_folder(parent, folder.name)
+        if top is None:  # swapped for a link since: that goes instead
+            _unlink(parent, folder.name)
+            return
+        try:
+            _empty_at(top, top, NESTING)
+        finally:
+            os.close(top)
+        os.rmdir(folder.name, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+MAX_REMOVED = 10**6  # entries one folder may hand out: a kernel refilling it as it goes is not waited for
+NESTING = 32  # folders entered below the top one; deeper ones are moved up to the top first
+
+
+def _empty_at(top: int, folder: int, depth: int, *, once: bool = False) -> int:
+    """Remove everything in `folder` (a folder under `top`), or with `once` what one look finds;
+    returns how many entries went."""
+    removed = 0
+    while names := os.listdir(folder):
+        for name in names:
+            removed += _clear(top, folder, name, depth, once=once)
+        if once:
+            break
+        if removed > MAX_REMOVED:
+            raise OSError(f"more than {MAX_REMOVED} entries to remove: the folder keeps filling up")
+    return removed
+
+
+def _clear(top: int, parent: int, name: str, depth: int, *, once: bool = False) -> int:
+    if _unlink(parent, name):
+        return 1
+    if depth == 0:  # entering would hold one more descriptor: move it up, to be emptied from the top
+        os.rename(name, f".up-{secrets.token_hex(8)}", src_dir_fd=parent, dst_dir_fd=top)
+        return 1
+    folder = _open_folder(parent, name)
+    if folder is None:  # swapped for a link since: the next look at `parent` unlinks it
+        return 0
+    try:
+        removed = _empty_at(top, folder, depth - 1, once=once)
+    finally:
+        os.close(folder)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    return removed + 1
+
+
+def _unlink(parent: int, name: str) -> bool:
+    """unlinkat: removes a file, link, FIFO or socket itself (never a link's target); False for a folder."""
+    try:
+        os.unlink(name, dir_fd=parent)
+    except IsADirectoryError:
+        return False
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def _open_folder(parent: int, name: str) -> int | None:
+    """A readable descriptor of the folder `name` in `parent`, its mode made 0700 first (a kernel
+    may have made it unreadable); None when `name` is not a folder (a link is never followed)."""
+    try:
+        handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=parent)
+    except (NotADirectoryError, FileNotFoundError):
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink
+            return None
+        raise
+    try:
+        same = f"/proc/self/fd/{handle}"  # this very folder, not whatever its name points to now
+        os.chmod(same, 0o700)
+        return os.open(same, os.O_RDONLY | os.O_DIRECTORY)
+    finally:
+        os.close(handle)
 
 
 def write_cases(exchange: Path, name: str, hidden: bool, cases: list[Case]) -> None:
@@ -108,37 +210,49 @@ def read_results(exchange: Path, name: str, hidden: bool, n_cases: int) -> list[
 
 
 def _check_archive(raw: bytes) -> None:
-    """torch.save writes a zip of stored (uncompressed) entries; anything else could unpack to
-    far more than the file's size (a compressed bomb) and is refused before loading."""
+    """torch.save writes a zip of stored (uncompressed) entries: one small pickle, one entry per
+    tensor storage. Anything else, compressed data (a bomb), an outsized pickle (millions of
+    objects), or names that do not even decode, is refused before loading."""
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             entries = archive.infolist()
-    except zipfile.BadZipFile:
-        raise MalformedResults("the results file is not what torch.save writes") from None
+    except Exception as error:  # BadZipFile, or e.g. a UnicodeDecodeError on a member's name
+        what = type(error).__name__
+        raise MalformedResults(f"the results file is not what torch.save writes ({what})") from None
+    if len(entries) > MAX_ENTRIES:
+        raise MalformedResults(f"the results file holds more than {MAX_ENTRIES} entries")
     if any(e.compress_type != zipfile.ZIP_STORED for e in entries) or sum(e.file_size for e in entries) > len(
         raw
     ):
         raise MalformedResults("the results file holds compressed data")
+    if any(e.filename.endswith(".pkl") and e.file_size > MAX_PICKLE_BYTES for e in entries):
+        raise MalformedResults(f"the structure of the results is larger than {MAX_PICKLE_BYTES // 2**10} kB")
 
 
 def _validated(data, n_cases: int) -> list[RunResult]:
+    """The results as one string or one dict of plain tensors per case, within the bounds above.
+
+    Tensors are only views of the file's storages until `.contiguous().clone()`; a zero-stride
+    view of one stored number can claim billions of elements, so sizes are summed first."""
     if not isinstance(data, list) or len(data) != n_cases:
         raise MalformedResults(f"expected a list of {n_cases} results")
-    results: list[RunResult] = []
-    for entry in data:
-        if isinstance(entry, str):
-            results.append(entry[:MAX_ERROR_CHARS])
-        elif isinstance(entry, dict) and any(
-            isinstance(v, torch.Tensor) and v.numel() > MAX_ELEMENTS for v in entry.values()
-        ):  # a zero-stride view of one stored number can claim billions of elements
-            raise MalformedResults(f"a result tensor has more than {MAX_ELEMENTS} elements")
-        elif isinstance(entry, dict) and all(
-            isinstance(k, str) and _plain_tensor(v) for k, v in entry.items()
-        ):
-            results.append({k: v.contiguous().clone() for k, v in entry.items()})
-        else:
-            raise MalformedResults("a result is neither a dict of tensors nor an error message")
-    return results
+    if not all(isinstance(e, str) or _tensor_dict(e) for e in data):
+        raise MalformedResults("a result is neither a dict of tensors nor an error message")
+    sizes = [sum(v.numel() for v in e.values()) for e in data if isinstance(e, dict)]
+    if any(len(e) > MAX_OUTPUTS for e in data if isinstance(e, dict)):
+        raise MalformedResults(f"a result has more than {MAX_OUTPUTS} outputs")
+    if max(sizes, default=0) > MAX_CASE_ELEMENTS:
+        raise MalformedResults(f"a result holds more than {MAX_CASE_ELEMENTS} numbers")
+    if sum(sizes) > MAX_FILE_ELEMENTS:
+        raise MalformedResults(f"the results hold more than {MAX_FILE_ELEMENTS} numbers")
+    return [
+        e[:MAX_ERROR_CHARS] if isinstance(e, str) else {k: v.contiguous().clone() for k, v in e.items()}
+        for e in data
+    ]
+
+
+def _tensor_dict(entry) -> bool:
+    return isinstance(entry, dict) and all(isinstance(k, str) and _plain_tensor(v) for k, v in entry.items())
 
 
 def _plain_tensor(value) -> bool:

@@ -29,6 +29,7 @@ import re
 import resource
 import secrets
 import shutil
+import sys
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +44,7 @@ from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
 
+from . import cgroup
 from .build import generate_all, nbgrader_config
 from .inbox import Submission, find_submissions
 from .paths import SOLUTIONS
@@ -56,7 +58,8 @@ class Limits:
     notebook_timeout: int = 900  # seconds for the whole notebook (wall clock)
     output_lines: int = 1000  # nbgrader's LimitOutput keeps at most this many lines per output
     output_bytes: int = 4 * 2**20  # output kept per notebook; the rest is dropped while it runs
-    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS): README, "Measured"
+    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS), and its sandbox's memory
+    processes: int = 256  # processes and threads of one sandbox, together
     sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
 
 
@@ -110,9 +113,9 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             ],
             "autograde_preprocessors": [
                 "autograder.preprocessors.JudgedExecute",
-                "autograder.preprocessors.FenceStudentMarkdown",
+                "autograder.clean.FenceStudentMarkdown",
+                "autograder.clean.CleanOutputs",  # before grades are saved: the stored notebook is clean
                 "nbgrader.preprocessors.IgnorePattern",
-                "nbconvert.preprocessors.ClearMetadataPreprocessor",
                 "nbgrader.preprocessors.LimitOutput",
                 "nbgrader.preprocessors.SaveAutoGrades",
                 "nbgrader.preprocessors.AssignLatePenalties",
@@ -133,6 +136,7 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             # CPU time: the wall limit's worth on every thread, so only a runaway process hits it
             "cpu_seconds": limits.notebook_timeout * threads + 60,
             "threads": threads,
+            "processes": limits.processes,
         },
         Canonicalize={"release_directory": str(template / "release")},
         # Students' HTML and JavaScript outputs must not run in the instructor's browser
@@ -398,6 +402,13 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
             "Without a sandbox a student's code runs as you: it can read solutions/ and your files.\n"
             "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `dnf install "
             "bubblewrap`), or pass --no-sandbox to grade trusted submissions without one."
+        )
+    if why := cgroup.unavailable_reason():
+        print(
+            f"warning: each sandbox cannot get a process group of its own here ({why}). A notebook that "
+            "forks without end or fills the memory with many processes is stopped only by the time limit "
+            "and can slow the others down; grade untrusted classes with --jobs 1 (README, not covered).",
+            file=sys.stderr,
         )
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ import json
 import re
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import nbformat
@@ -70,12 +71,13 @@ class JudgedExecute(Execute):
     store_widget_state = Bool(False)  # widget state from the kernel is unbounded, and not graded
 
     def create_kernel_manager(self):
-        self.km = SandboxedKernelManager(
+        self.km = self._sandbox = SandboxedKernelManager(
             kernel_name=self.kernel_name or "python3",
             config=self.config,
             root=str(self._root),
             sandboxed=self.sandboxed,
             log_file=self.kernel_log,
+            log=self.log,  # what its process group stopped goes to the notebook's log
         )
         return self.km
 
@@ -86,11 +88,14 @@ class JudgedExecute(Execute):
         self._broken: set[int] = set()  # cells that killed or hung a kernel: never run again
         self._kept_bytes = 0
         self._reasons: list[str] = []
+        self._sandbox: SandboxedKernelManager | None = None
         self._root = Path(tempfile.mkdtemp(prefix="course-"))  # short: Unix socket paths are limited
         try:
             prepare_root(self._root)
             nb, resources = super().preprocess(nb, resources, km)
         finally:
+            if self._sandbox is not None:  # nbclient lets go of self.km once the kernel is shut down
+                self._sandbox.end_process_group()  # nothing of the kernel runs on while its folders go
             exchange.remove_tree(self._root)
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
@@ -111,6 +116,9 @@ class JudgedExecute(Execute):
             return cell, resources
         calls = self._prepare_checks(cell)
         crash = None
+        source = cell.source
+        if calls is not None:  # the kernel gets the grader's calls, never the test's source (hidden tests)
+            cell.source = _kernel_source(calls)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except (DeadKernelError, CellTimeoutError) as error:
@@ -121,6 +129,8 @@ class JudgedExecute(Execute):
             )
             cell.outputs.append(new_output("error", ename="CellSkipped", evalue=crash, traceback=[crash]))
             self._recover(index, f"cell {_label(cell, index)}: {crash}")
+        finally:
+            cell.source = source
         self._report_errors(cell, index)
         if calls is not None:
             self._judge(cell, index, calls, crash)
@@ -159,18 +169,26 @@ class JudgedExecute(Execute):
         return min(per_cell or remaining, remaining)
 
     def process_message(self, msg, cell, cell_index):
-        """Keep at most `output_bytes` of output per notebook, display updates included."""
+        """Keep at most `output_bytes` of output per notebook, of every kind, display updates included.
+
+        Past the cap, only a test cell's first error is kept (cut short): the verdict cites it
+        when the cell sent no results. Any other error scores nothing, so it is dropped too."""
         kind, content = msg["msg_type"], msg["content"]
         if kind in OUTPUT_MESSAGES:
             # A display update rewrites every output that has its display id: count each copy.
             display_id = (content.get("transient") or {}).get("display_id")
             copies = sum(map(len, self._display_id_map.get(display_id, {}).values())) if display_id else 0
             size = len(str(content)) * (1 + copies)
-            if kind == "error" and size > MAX_ERROR_BYTES:  # keep the error (it scores), not its bulk
+            if kind == "error" and size > MAX_ERROR_BYTES:  # the error's name and message, not its bulk
                 msg = {**msg, "content": {**content, "evalue": str(content.get("evalue"))[:MAX_ERROR_BYTES]}}
                 msg["content"]["traceback"] = []
                 size = MAX_ERROR_BYTES
-            if self._kept_bytes + size > self.output_bytes and kind != "error":
+            cited = (
+                kind == "error"
+                and is_test_cell(cell)
+                and not any(o.output_type == "error" for o in cell.outputs)
+            )
+            if self._kept_bytes + size > self.output_bytes and not cited:
                 if self._kept_bytes <= self.output_bytes:
                     self._kept_bytes = self.output_bytes + 1
                     self.log.warning(
@@ -215,6 +233,16 @@ class JudgedExecute(Execute):
         self._judged.add(index)
 
     def _verdict(self, label: str, name: str, hidden: bool, cases: list, error, crash: str | None) -> Verdict:
+        """The judge's verdict on what the kernel sent for one check. Whatever the kernel sent
+        costs at most this check: the grader's own failures on it are caught and logged here."""
+        try:
+            return self._judged_verdict(label, name, hidden, cases, error, crash)
+        except Exception:
+            details = traceback.format_exc()
+            self.log.warning("[course] test cell %s: judging %s failed:\n%s", label, name, details)
+            return _failure(name, hidden, "the grader could not judge the results of this test")
+
+    def _judged_verdict(self, label, name, hidden, cases, error, crash) -> Verdict:
         folder = self._root / "exchange"
         try:
             results = exchange.read_results(folder, name, hidden, len(cases))
@@ -238,16 +266,23 @@ class JudgedExecute(Execute):
         """Name, in the log, each error raised outside test cells (a sandbox denial shows up here)."""
         if is_test_cell(cell):
             return
-        for output in cell.get("outputs", []):
-            if output.output_type == "error":
-                self.log.warning(
-                    "[course] cell %s raised %s: %.200r", _label(cell, index), output.ename, output.evalue
-                )
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if errors:  # a kernel can send many: the first says what happened
+            more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
+            label, first = _label(cell, index), errors[0]
+            self.log.warning("[course] cell %s raised %s: %.200r%s", label, first.ename, first.evalue, more)
 
 
 def _failure(name: str, hidden: bool, message: str) -> Verdict:
     """A check failed without its outputs being judged (not run, nothing or garbage sent back)."""
     return Verdict(name, False, message, api.points(name, hidden))
+
+
+def _kernel_source(calls: list) -> str:
+    """What a test cell runs in the kernel: its checks' calls, written by the grader."""
+    return "\n".join(
+        f"check({name!r}, {api.get_check(name).target_source}, hidden={hidden})" for name, hidden, _ in calls
+    )
 
 
 def _label(cell, index: int) -> str:
@@ -265,22 +300,6 @@ def _outputs(verdicts: list[Verdict]) -> list:
         else new_output("error", ename="CheckFailed", evalue=str(v), traceback=[f"CheckFailed: {v}"])
         for v in verdicts
     ]
-
-
-class FenceStudentMarkdown(Preprocessor):
-    """Show markdown a student wrote as text, not HTML: an instructor's browser opening the
-    feedback or formgrader must not run a student's <img onerror=...> or javascript: link.
-
-    (Outputs are sanitised by the HTML exporter; nbgrader's templates do not sanitise markdown.)
-    """
-
-    def preprocess(self, nb, resources):
-        for cell in nb.cells:
-            if cell.cell_type == "markdown" and not nbgrader_meta(cell).get("locked"):
-                longest = max((len(run) for run in re.findall(r"`+", cell.source)), default=0)
-                fence = "`" * max(3, longest + 1)  # no run of backticks inside can close it
-                cell.source = f"{fence}text\n{cell.source}\n{fence}"
-        return nb, resources
 
 
 class HideHiddenTests(Preprocessor):

@@ -22,11 +22,13 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, Integer, Unicode
 
+from . import cgroup
 from .exchange import ENV as EXCHANGE_ENV
 from .paths import EXPECTED
 
 PACKAGE = Path(__file__).resolve().parent
 TMP_BYTES = 256 * 2**20  # each of the sandbox's private tmpfs, /tmp and its home (held in memory)
+SHM_BYTES = 64 * 2**20  # /dev/shm (POSIX shared memory, e.g. torch's DataLoader workers)
 SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 SYSTEM_FILES = [  # what the dynamic loader, Python and matplotlib read from /etc
     "/etc/ld.so.cache",
@@ -66,7 +68,11 @@ def _isolation() -> list[str]:
         "--cap-drop", "ALL",
         "--die-with-parent",  # a killed grader takes its kernels with it
         "--proc", "/proc",
+        # bwrap's /dev is a writable tmpfs as large as half the host's memory, outside every
+        # other cap: read-only, with a small /dev/shm of its own
         "--dev", "/dev",
+        "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--size", str(TMP_BYTES), "--tmpfs", "/tmp",  # first: binds under /tmp come after it
     ]  # fmt: skip
 
@@ -93,7 +99,7 @@ def _readonly_python() -> list[str]:
         args += ["--ro-bind", venv, venv]
     args += ["--ro-bind", str(PACKAGE), str(PACKAGE)]
     if EXPECTED.is_dir():  # the visible cases' reference outputs: nothing a grading kernel needs
-        args += ["--tmpfs", str(EXPECTED)]
+        args += ["--tmpfs", str(EXPECTED), "--remount-ro", str(EXPECTED)]  # empty, and stays so
     return args
 
 
@@ -158,6 +164,12 @@ class SandboxedKernelManager(AsyncKernelManager):
         config=True
     )
     threads = Integer(1, help="Math library threads in the kernel.").tag(config=True)
+    processes = Integer(256, help="Processes and threads the kernel and its children may hold.").tag(
+        config=True
+    )
+    process_group = Bool(True, help="Put the kernel in a cgroup of its own, where the machine has one.").tag(
+        config=True
+    )
     log_file = Unicode(help="Where the kernel process's own stdout and stderr go.").tag(config=True)
 
     def __init__(self, **kwargs):
@@ -166,6 +178,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.transport = "ipc"
         self.ip = str(root / "kernel" / "ipc")
         self.connection_file = str(root / "connection" / "connection.json")
+        self._group: cgroup.ProcessGroup | None = None
 
     @property
     def kernel_spec(self):
@@ -191,13 +204,46 @@ class SandboxedKernelManager(AsyncKernelManager):
             (resource.RLIMIT_FSIZE, self.file_bytes),
             (resource.RLIMIT_CORE, 0),
         ]
-        kw.update(stdout=log, stderr=log, preexec_fn=lambda: _set_limits(limits))
+        group = self._group = self._new_process_group()
+        kw.update(stdout=log, stderr=log, preexec_fn=lambda: _enter(group, limits))
         try:
             await super()._async_launch_kernel(kernel_cmd, **kw)
         finally:
             log.close()
 
+    def _new_process_group(self) -> cgroup.ProcessGroup | None:
+        if not self.process_group:
+            return None
+        try:
+            return cgroup.ProcessGroup.create(cgroup.Limits(self.processes, self.memory_bytes))
+        except (OSError, LookupError):  # the batch warned once already (grading.grade)
+            return None
 
-def _set_limits(limits) -> None:
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        # Every shutdown and restart ends here once the kernel's process is gone (the public
+        # shutdown_kernel is bound to the base class's function, so overriding it would not be).
+        try:
+            await super()._async_cleanup_resources(restart=restart)
+        finally:
+            self.end_process_group()
+
+    def end_process_group(self) -> None:
+        """Kill whatever the kernel left running (children, detached or not) and report what its
+        group's limits stopped. Safe to call again; without a group, bubblewrap's own process
+        namespace ends them when the kernel goes."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        if not group.kill_all():
+            self.log.warning("[course] some processes of the sandbox outlived being killed")
+        for event in group.events():
+            self.log.warning("[course] %s", event)
+        group.remove()
+
+
+def _enter(group: cgroup.ProcessGroup | None, limits) -> None:
+    """In the kernel's process, before it starts: join its group, then take its rlimits."""
+    if group is not None:
+        group.join()
     for which, value in limits:
         resource.setrlimit(which, (value, value))

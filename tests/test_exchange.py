@@ -3,6 +3,7 @@
 import os
 import pickle
 import subprocess
+import threading
 import zipfile
 
 import pytest
@@ -87,6 +88,45 @@ def test_stretched_and_compressed_tensors_are_refused(folder):
         exchange.read_results(folder, "07.rmsnorm", False, 1)
 
 
+def test_the_numbers_of_a_file_are_bounded_before_any_is_materialised(folder):
+    """Many outputs per case, each a zero-stride view just under the old per-tensor cap, claimed
+    7.4 GB from a 3.5 kB file: the sum per case and per file is what counts."""
+    stretched = torch.zeros(1).expand(2**24 - 1)
+    _write(folder, [{f"y{i}": stretched for i in range(40)}])
+    with pytest.raises(exchange.MalformedResults, match="more than 64 outputs|numbers"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+    assert (folder / "results" / "07.rmsnorm.pt").stat().st_size < 20_000
+    case = {"y": torch.zeros(1).expand(exchange.MAX_CASE_ELEMENTS)}  # at the per-case cap
+    _write(folder, [case] * 3)
+    with pytest.raises(exchange.MalformedResults, match=f"more than {exchange.MAX_FILE_ELEMENTS} numbers"):
+        exchange.read_results(folder, "07.rmsnorm", False, 3)
+    _write(folder, [{f"y{i}": torch.zeros(1) for i in range(65)}])
+    with pytest.raises(exchange.MalformedResults, match="more than 64 outputs"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+
+
+def test_an_outsized_structure_is_refused_before_loading(folder):
+    _write(folder, [{"y": torch.zeros(1)}, "x" * (2 * exchange.MAX_PICKLE_BYTES)])
+    with pytest.raises(exchange.MalformedResults, match="structure of the results is larger"):
+        exchange.read_results(folder, "07.rmsnorm", False, 2)
+    _write(folder, [{f"y{i}": torch.zeros(1) for i in range(60)} for _ in range(70)])  # 4200 storages
+    with pytest.raises(exchange.MalformedResults, match="more than 4096 entries"):
+        exchange.read_results(folder, "07.rmsnorm", False, 70)
+
+
+def test_an_archive_member_whose_name_does_not_decode_fails_only_that_check(folder):
+    path = folder / "results" / "07.rmsnorm.pt"
+    _write(folder, [{"y": torch.ones(2)}])
+    raw = bytearray(path.read_bytes())
+    name = next(info.filename for info in zipfile.ZipFile(path).infolist()).encode()
+    raw = raw.replace(name, b"\xff\xfe" + name[2:])  # local header and central directory alike
+    central = raw.find(b"PK\x01\x02")
+    raw[central + 8 : central + 10] = (0x800).to_bytes(2, "little")  # flag: the name is UTF-8
+    path.write_bytes(bytes(raw))
+    with pytest.raises(exchange.MalformedResults, match="not what torch.save writes"):
+        exchange.read_results(folder, "07.rmsnorm", False, 1)
+
+
 def test_results_are_materialised(folder):
     _write(folder, [{"y": torch.arange(6.0).reshape(2, 3).t()}])
     (result,) = exchange.read_results(folder, "07.rmsnorm", False, 1)
@@ -166,6 +206,48 @@ def test_what_a_kernel_leaves_is_removed_without_touching_link_targets(folder, t
     locked.chmod(0o500)
     deep = folder / "results" / ("d/" * 1200)  # deeper than Python's recursion limit
     subprocess.run(["mkdir", "-p", str(deep)], check=True)
-    exchange.prepare(folder)
-    assert list((folder / "results").iterdir()) == []
+    (deep / "unreadable").mkdir()
+    (deep / "unreadable").chmod(0)
+    exchange.prepare(folder)  # while the kernel runs: one pass, the top of the tree
+    assert not (folder / "results" / "locked").exists()
+    exchange.remove_tree(folder / "results")  # once it is gone: all of it
+    assert not (folder / "results").exists()
     assert target.read_text() == "keep" and target.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_kernel_swapping_folders_and_links_during_the_clean_up_changes_nothing_outside(
+    folder, tmp_path_factory
+):
+    """The race of a red team: a kernel's thread swaps a folder and a symlink to a folder outside
+    while the grader cleans up; `chmod -R` on the name followed the link, as root."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "keep.txt").write_text("keep")
+    outside.chmod(0o550)  # what `chmod u+rwX` through a link would change
+    results = folder / "results"
+    stop = threading.Event()
+
+    def swap():
+        while not stop.is_set():
+            for name in ("a", "b"):
+                try:
+                    (results / name).mkdir()
+                    (results / name / "inner").mkdir()
+                    os.rename(results / name, results / f"{name}.old")
+                    os.symlink(outside, results / name)
+                except OSError:
+                    pass
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for _ in range(200):
+            try:
+                exchange.prepare(folder)
+            except OSError:
+                pass  # a folder that keeps refilling may stay: never a reason to touch what is outside
+    finally:
+        stop.set()
+        swapper.join()
+    exchange.remove_tree(results)
+    assert not results.exists()
+    assert outside.stat().st_mode & 0o777 == 0o550 and (outside / "keep.txt").read_text() == "keep"

@@ -12,16 +12,21 @@ import html
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell
+from nbconvert import HTMLExporter
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_output, new_raw_cell
+from nbgrader.server_extensions.formgrader import handlers as formgrader
 
+from autograder import cgroup
 from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
@@ -35,6 +40,8 @@ ASSIGNMENT = "07_rmsnorm"
 FULL = 6.0
 SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 MARKER = "613.25"  # `sleep 613.25`: a process a submission leaves behind is easy to find
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
 @dataclass
@@ -78,7 +85,12 @@ def _cell(notebook, gid: str):
     return next(c for c in notebook.cells if grade_id(c) == gid)
 
 
-def _attacks(out: Path, port: int) -> list[Attack]:
+def _with_raw(notebook, text: str) -> nbformat.NotebookNode:
+    notebook.cells.insert(3, new_raw_cell(text))
+    return notebook
+
+
+def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
     run = out / "work" / "runs"
     gradebook = run / "reads-gradebook" / ASSIGNMENT / "gradebook.db"
     attacks = [
@@ -323,7 +335,153 @@ def _attacks(out: Path, port: int) -> list[Attack]:
                 "autograder.exchange.write_results = send",
             ),
             0.0,
-            "more than 16777216 elements",
+            "more than 2097152 numbers",
+        ),
+        Attack(
+            "sends-many-stretched-outputs",  # 40 outputs per case, each just under a per-tensor cap
+            _plus(
+                _zeros(),
+                "import torch, autograder.exchange\n"
+                "def send(folder, name, hidden, results):\n"
+                "    huge = torch.zeros(1).expand(2**24 - 1)\n"
+                "    path = folder / 'results' / f'{autograder.exchange.key(name, hidden)}.pt'\n"
+                "    torch.save([{f'y{i}': huge for i in range(40)}] * len(results), path)\n"
+                "autograder.exchange.write_results = send",
+            ),
+            0.0,
+            "more than 2097152 numbers",
+        ),
+        Attack(
+            "sends-undecodable-name",  # one check's archive names a member in invalid UTF-8
+            _plus(
+                _honest(),
+                "import autograder.exchange as ex\n"
+                "honest = ex.write_results\n"
+                "def tamper(folder, name, hidden, results):\n"
+                "    honest(folder, name, hidden, results)\n"
+                "    if name == '07.rmsnorm_norm' and hidden:\n"
+                "        path = folder / 'results' / f'{ex.key(name, hidden)}.pt'\n"
+                "        raw = bytearray(path.read_bytes())\n"
+                "        central = raw.find(b'PK\\x01\\x02')\n"
+                "        raw[central + 8 : central + 10] = (0x800).to_bytes(2, 'little')  # names are UTF-8\n"
+                "        raw[central + 46] = 0xFF  # the first byte of the first name\n"
+                "        path.write_bytes(bytes(raw))\n"
+                "ex.write_results = tamper",
+            ),
+            FULL - 2,
+            "malformed results",
+        ),
+        Attack(
+            "floods-errors",  # 3000 error outputs of 4 kB each, sent straight from the kernel
+            _plus(
+                _honest(),
+                "kernel = get_ipython().kernel\n"
+                "for _ in range(3000):\n"
+                "    kernel.send_response(kernel.iopub_socket, 'error', "
+                "{'ename': 'E', 'evalue': 'e' * 4000, 'traceback': []})",
+            ),
+            FULL,
+            "output beyond",
+        ),
+        Attack(
+            "reads-hidden-tests",  # In, _ih, linecache, and the code of every request the kernel gets
+            _plus(
+                _plus(
+                    _honest(),
+                    "import threading, time\n"
+                    "seen = []\n"
+                    "def watch():\n"
+                    "    kernel = get_ipython().kernel\n"
+                    "    while True:\n"
+                    "        code = kernel.get_parent().get('content', {}).get('code', '')\n"
+                    "        if code not in seen:\n"
+                    "            seen.append(code)\n"
+                    "        time.sleep(0.0005)\n"
+                    "threading.Thread(target=watch, daemon=True).start()",
+                    after="imports",
+                ),
+                "import linecache\n"
+                "print('HISTORY', In, _ih, seen, [''.join(v[2]) for v in linecache.cache.values()])",
+                after=None,
+            ),
+            FULL,
+        ),
+        Attack(
+            "swaps-links-during-cleanup",  # a folder and a link to a folder outside, swapped for ever
+            _plus(
+                _honest(),
+                "import os, threading, autograder.exchange\n"
+                "results = autograder.exchange.directory() / 'results'\n"
+                "def swap():\n"
+                "    while True:\n"
+                "        for name in ('a', 'b'):\n"
+                "            try:\n"
+                "                os.makedirs(results / name / 'inner', exist_ok=True)\n"
+                "                os.rename(results / name, results / f'{name}.old')\n"
+                f"                os.symlink({str(victim)!r}, results / name)\n"
+                "            except OSError:\n"
+                "                pass\n"
+                "threading.Thread(target=swap, daemon=True).start()",
+                after="imports",
+            ),
+            FULL,
+        ),
+        Attack(
+            "forks-without-end",  # bounded: 1000 children at most, each gone after 5 s
+            _plus(
+                _honest(),
+                "import os, time\n"
+                "children = []\n"
+                "for _ in range(1000):\n"
+                "    try:\n"
+                "        pid = os.fork()\n"
+                "    except OSError:\n"
+                "        break\n"
+                "    if pid == 0:\n"
+                "        time.sleep(5)\n"
+                "        os._exit(0)\n"
+                "    children.append(pid)\n"
+                "for pid in children:\n"
+                "    os.waitpid(pid, 0)\n"
+                "print(len(children), 'children')",
+            ),
+            FULL,
+            "the sandbox refused",
+        ),
+        Attack(
+            "fills-memory-with-processes",  # 4 children of 1 GiB each, in a sandbox of 3 GiB
+            _plus(
+                _honest(),
+                "import os, time\n"
+                "children = []\n"
+                "for _ in range(4):\n"
+                "    pid = os.fork()\n"
+                "    if pid == 0:\n"
+                "        block = b'x' * 2**30\n"
+                "        time.sleep(1)\n"
+                "        os._exit(0)\n"
+                "    children.append(pid)\n"
+                "for pid in children:\n"
+                "    os.waitpid(pid, 0)",
+            ),
+            FULL,
+            "the sandbox ran out of memory",
+        ),
+        Attack(
+            "injects-output-metadata",  # the classic template writes an image's width unquoted
+            _plus(
+                _with_raw(_honest(), "<script>window.PWNED = 9</script>"),
+                "from IPython.display import display\n"
+                f"png = {PNG!r}\n"
+                "display({'image/png': png, 'text/plain': 'dot'}, raw=True, "
+                "metadata={'image/png': {'width': '1 onload=window.PWNED=4', 'height': 1}})\n"
+                "display({'image/png': png}, raw=True, "
+                "metadata={'filenames': {'image/png': 'x\" onload=\"PWNED=5'}})\n"
+                "display({'image/svg+xml': '<svg onload=\"window.PWNED=6\"/>', "
+                "'text/html': '<img src=x onerror=\"window.PWNED=7\">'}, raw=True)\n"
+                "display({'application/javascript': 'window.PWNED=8', 'image/png': 'no image'}, raw=True)",
+            ),
+            FULL,
         ),
         Attack(
             "injects-html",
@@ -468,7 +626,10 @@ def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("redteam")
     out = tmp_path_factory.mktemp("redteam-out")
     listener = Listener()
-    attacks = _attacks(out, listener.port)
+    victim = tmp_path_factory.mktemp("victim")
+    (victim / "keep.txt").write_text("keep")
+    victim.chmod(0o550)  # what a `chmod u+rwX` through a swapped link would change
+    attacks = _attacks(out, listener.port, victim)
     protected = {
         p: p.read_bytes()
         for p in (REPO / "autograder" / "api.py", REPO / "solutions" / ASSIGNMENT / "mistakes.py")
@@ -499,7 +660,13 @@ def graded(tmp_path_factory):
         "connections": listener.connections,
         "protected": protected,
         "leftovers": _leftovers(),
+        "victim": victim,
     }
+
+
+def _stored(graded, student: str) -> Path:
+    """The graded notebook as OUT/course keeps it: what formgrader and feedback render."""
+    return graded["out"] / "course" / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
 
 def _log(out: Path, attack: Attack) -> str:
@@ -532,17 +699,66 @@ def test_no_student_html_or_script_reaches_the_instructors_browser(graded):
             r"<img[^>]*onerror", text
         )  # ... never run
         assert 'href="javascript:' not in text
-    course = out / "course" / "autograded" / "injects-html" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    for cell in nbformat.read(course, as_version=4).cells:
+    for cell in nbformat.read(_stored(graded, "injects-html"), as_version=4).cells:
         if cell.cell_type == "markdown" and not nbgrader_meta(cell).get("locked"):
             assert cell.source.startswith("```")
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
+def test_no_student_script_runs_in_the_pages_an_instructor_opens(graded, tmp_path):
+    """The feedback pages, and formgrader's own rendering of the notebooks OUT/course stores
+    (with nbconvert's sanitiser off: they must be safe for any renderer), opened in headless
+    Chromium: no payload runs. The image-width payload does run in a notebook that was not
+    cleaned, even with the sanitiser on, so the canary can sing."""
+    students = ("injects-output-metadata", "injects-html")
+    pages = [graded["out"] / "feedback" / student / f"{ASSIGNMENT}.html" for student in students]
+    for student in students:
+        stored = nbformat.read(_stored(graded, student), as_version=4)
+        pages.append(_formgrade_page(stored, tmp_path / f"formgrade-{student}.html", sanitize=False))
+    payload = new_output(
+        "display_data",
+        data={"image/png": PNG, "text/plain": "dot"},
+        metadata={"image/png": {"width": "1 onload=window.PWNED=4"}},
+    )
+    uncleaned = nbformat.v4.new_notebook(cells=[new_code_cell("show()", outputs=[payload])])
+    control = _formgrade_page(uncleaned, tmp_path / "control.html", sanitize=True)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "canary.py"), *map(str, [control, *pages])],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    canaries = json.loads(done.stdout)
+    assert canaries.pop(str(control)) == 4
+    assert canaries == {str(page): None for page in pages}
+
+
+def _formgrade_page(notebook, target: Path, *, sanitize: bool) -> Path:
+    """The page formgrader serves for a submission (nbgrader's formgrade template), as a file."""
+    exporter = HTMLExporter(
+        template_name="formgrade", extra_template_basedirs=[formgrader.template_path], sanitize_html=sanitize
+    )
+    resources = {
+        "assignment_id": ASSIGNMENT,
+        "notebook_id": ASSIGNMENT,
+        "submission_id": "1",
+        "index": 0,
+        "total": 1,
+        "base_url": "",
+        "student": "student",
+        "last_name": None,
+        "first_name": None,
+        "notebook_path": "",
+    }
+    body, _ = exporter.from_notebook_node(notebook, resources=resources)
+    target.write_text(body)
+    return target
+
+
 def test_the_output_kept_is_bounded(graded):
-    runs = graded["out"] / "course" / "autograded"
-    for student in ("output-200mb", "floods-display-updates"):
-        notebook = runs / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        assert notebook.stat().st_size < 8 * 2**20, student
+    for student in ("output-200mb", "floods-display-updates", "floods-errors"):
+        assert _stored(graded, student).stat().st_size < 8 * 2**20, student
 
 
 def test_the_sandbox_held(graded):
@@ -551,6 +767,45 @@ def test_the_sandbox_held(graded):
     assert not (REPO / "pwned.txt").exists()
     assert "pwned" not in (graded["out"] / "grades.csv").read_text()
     assert graded["leftovers"] == []
+    victim = graded["victim"]
+    assert victim.stat().st_mode & 0o777 == 0o550 and (victim / "keep.txt").read_text() == "keep"
+    assert _leftover_groups() == []
+
+
+def _leftover_groups() -> list[Path]:
+    """Process groups of sandboxes still there (each is removed once its kernel is gone)."""
+    try:
+        parents, _ = cgroup._parents()
+    except LookupError:
+        return []
+    return [group for parent in parents for group in parent.glob("course-*")]
+
+
+def test_hidden_test_source_never_reaches_the_kernel(graded):
+    """A notebook that records every request the kernel gets, In, _ih and linecache, and prints
+    them: the test cells ran as the grader's own check calls, never as their source."""
+    notebook = _stored(graded, "reads-hidden-tests")
+    printed = "".join(
+        o.get("text", "") for c in nbformat.read(notebook, as_version=4).cells for o in c.get("outputs", [])
+    )
+    assert "HISTORY" in printed and "check('07.rmsnorm', RMSNorm, hidden=True)" in printed
+    assert "BEGIN HIDDEN TESTS" not in printed
+    page = graded["out"] / "feedback" / "reads-hidden-tests" / f"{ASSIGNMENT}.html"
+    assert "BEGIN HIDDEN TESTS" not in page.read_text()
+
+
+def test_stored_notebooks_hold_only_outputs_that_render_safely(graded):
+    """What formgrader and the feedback pages render: cleaned before grades are saved."""
+    cells = nbformat.read(_stored(graded, "injects-output-metadata"), as_version=4).cells
+    assert not [c for c in cells if c.cell_type == "raw"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 2  # the valid PNGs; the one that was not an image is gone
+    for output in outputs:
+        assert set(output.get("data", {})) <= {"text/plain", "image/png", "image/jpeg"}
+        for mime, size in output.get("metadata", {}).items():
+            assert mime in ("image/png", "image/jpeg") and all(type(v) is int for v in size.values())
+    assert images[0].metadata == {"image/png": {"height": 1}}
 
 
 def test_originals_unchanged_and_rerun_identical(graded):
