@@ -40,6 +40,7 @@ HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
 MAX_RECOVERIES = 3  # kernels a notebook may kill or hang before the rest of it is not run
 OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "update_display_data", "error"}
 MAX_ERROR_BYTES = 4000
+LOGGED_ERRORS = 2  # per cell
 
 
 class NotebookFailed(RuntimeError):
@@ -267,10 +268,11 @@ class JudgedExecute(Execute):
         if is_test_cell(cell):
             return
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
-        if errors:  # a kernel can send many: the first says what happened
-            more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
-            label, first = _label(cell, index), errors[0]
-            self.log.warning("[course] cell %s raised %s: %.200r%s", label, first.ename, first.evalue, more)
+        label = _label(cell, index)
+        for error in errors[:LOGGED_ERRORS]:  # an interrupt, then the time-out, say; a kernel can send many
+            self.log.warning("[course] cell %s raised %s: %.200r", label, error.ename, error.evalue)
+        if len(errors) > LOGGED_ERRORS:
+            self.log.warning("[course] cell %s raised %d more errors", label, len(errors) - LOGGED_ERRORS)
 
 
 def _failure(name: str, hidden: bool, message: str) -> Verdict:

@@ -1,0 +1,118 @@
+"""The sandbox's bounds, one by one: where a kernel can write, how many processes and how much
+memory it can hold, and what of its outputs may reach an instructor's page."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output, new_raw_cell
+
+from autograder import cgroup
+from autograder.clean import CleanOutputs, FenceStudentMarkdown, clean_output
+from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root
+
+from .machine import needs_sandbox
+
+GROUPS_MISSING = cgroup.unavailable_reason()
+needs_groups = pytest.mark.skipif(bool(GROUPS_MISSING), reason=f"no process groups here: {GROUPS_MISSING}")
+
+
+@needs_sandbox
+def test_every_place_a_kernel_can_write_is_bounded(tmp_path):
+    """Each writable mount is a tmpfs of a stated size, or one of the two folders the grader
+    reads (on disk, each file capped by RLIMIT_FSIZE). bwrap's own /dev was a writable tmpfs of
+    half the host's memory; the tmpfs hiding the expected outputs was writable too."""
+    root = tmp_path / "root"
+    prepare_root(root)
+    probe = (
+        "for mount in $(awk '$4 ~ /^rw/ {print $2}' /proc/mounts); do "
+        "touch $mount/.probe 2>/dev/null && echo $mount $(df -B1 --output=size $mount | tail -1); done"
+    )
+    done = subprocess.run([*bwrap_command(root, 1), "/bin/sh", "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    writable = dict(line.split() for line in done.stdout.splitlines())
+    grader_reads = {str(root.resolve() / sub) for sub, access in LAYOUT.items() if access == "writable"}
+    assert set(writable) == {"/tmp", "/dev/shm", str(root.resolve() / "home"), *grader_reads}
+    assert int(writable["/dev/shm"]) <= SHM_BYTES
+    assert int(writable["/tmp"]) <= TMP_BYTES and int(writable[str(root.resolve() / "home")]) <= TMP_BYTES
+
+
+@needs_groups
+def test_a_process_group_stops_forks_and_memory_at_its_own_limits():
+    group = cgroup.ProcessGroup.create(cgroup.Limits(processes=20, memory_bytes=200 * 2**20))
+    try:
+        forks = subprocess.run(  # bounded: 60 children at most, each gone after 3 s
+            [sys.executable, "-c", FORKS], preexec_fn=group.join, capture_output=True, text=True, timeout=60
+        )
+        assert 5 < int(forks.stdout) < 20, forks
+        hog = subprocess.run(
+            [sys.executable, "-c", "b = b'x' * (400 * 2**20)"], preexec_fn=group.join, timeout=60
+        )
+        assert hog.returncode == -9
+        events = " ".join(group.events())
+        assert "refused" in events and "ran out of memory: 1 of its processes" in events
+        sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=group.join, start_new_session=True)
+        start = time.monotonic()
+        assert group.kill_all() and group.processes() == set()
+        assert sleeper.wait(timeout=10) == -9 and time.monotonic() - start < 5
+    finally:
+        group.kill_all()
+        group.remove()
+    assert not any(folder.exists() for folder in group.folders)
+
+
+FORKS = """
+import os, time
+children = []
+for _ in range(60):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+print(len(children))
+"""
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+def test_outputs_are_reduced_to_what_renders_safely():
+    image = new_output(
+        "display_data",
+        data={"image/png": PNG, "text/html": "<script>x</script>", "image/jpeg": "iVBORw0K"},
+        metadata={"image/png": {"width": "1 onload=alert(1)", "height": 7}, "filenames": {"image/png": "x"}},
+    )
+    clean = clean_output(image)
+    assert clean.data == {"image/png": PNG} and clean.metadata == {"image/png": {"height": 7}}
+    only_html = {"output_type": "execute_result", "data": {"text/html": "<b>x</b>"}, "execution_count": "1"}
+    clean = clean_output(only_html)
+    assert clean.data == {"text/plain": "[an output of type text/html: not shown in grading]"}
+    assert clean.execution_count is None
+    assert clean_output({"output_type": "update_display_data", "data": {}}) is None
+    assert clean_output({"output_type": "stream", "name": "<x>", "text": ["a", "b"]}) == {
+        "output_type": "stream",
+        "name": "stdout",
+        "text": "ab",
+    }
+    error = clean_output({"output_type": "error", "ename": 3, "evalue": "v" * 10**5, "traceback": "tb"})
+    assert error.ename == "3" and len(error.evalue) == 4000 and error.traceback == []
+    oversized = new_output("display_data", data={"image/png": PNG}, metadata={"image/png": {"width": 10**6}})
+    assert clean_output(oversized).metadata == {}
+
+
+def test_student_cells_keep_nothing_but_nbgrader_metadata_and_raw_cells_become_text():
+    nb = new_notebook(
+        cells=[
+            new_raw_cell("<script>x</script>", metadata={"raw_mimetype": "text/html"}),
+            new_code_cell("1", metadata={"tags": ['x" onclick="y'], "nbgrader": {"grade_id": "a"}}),
+        ]
+    )
+    nb, _ = FenceStudentMarkdown().preprocess(nb, {})
+    nb, _ = CleanOutputs().preprocess(nb, {})
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code"]
+    assert nb.cells[0].source.startswith("```text\n<script>") and nb.cells[0].metadata == {}
+    assert nb.cells[1].metadata == {"nbgrader": {"grade_id": "a"}}
