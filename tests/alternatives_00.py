@@ -30,8 +30,9 @@ def neuron_broadcast(x, w, b):
 # ---------------------------------------------------------------------------- mse_loss
 
 
-def mse_functional(prediction, target):
-    return F.mse_loss(prediction, target)
+def mse_square(prediction, target):
+    """torch.square and a sum divided by N."""
+    return torch.square(prediction - target).sum() / target.numel()
 
 
 def mse_dot(prediction, target):
@@ -107,8 +108,9 @@ def silu_expit_derivative(z):
     return s + z * s * torch.special.expit(-z)
 
 
-def silu_functional(z):
-    return F.silu(z)
+def silu_divided(z):
+    """z / (1 + e^-z): at z = -1000, -1000 / inf = -0, the right limit."""
+    return z / (1 + torch.exp(-z))
 
 
 def silu_tanh_derivative(z):
@@ -173,9 +175,41 @@ def train_criterion(model, x, y, steps, lr):
     return losses
 
 
+class MLPAttributes(nn.Module):
+    """One attribute per layer, the output layer registered first (its parameters come first)."""
+
+    def __init__(self, width, depth, activation="relu"):
+        super().__init__()
+        self.logits = nn.Linear(width if depth else 2, 2)
+        self.depth = depth
+        self.activation = {"relu": torch.relu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}[
+            activation
+        ]
+        for i in range(depth):
+            setattr(self, f"hidden{i}", nn.Linear(2 if i == 0 else width, width))
+
+    def forward(self, x):
+        for i in range(self.depth):
+            x = self.activation(getattr(self, f"hidden{i}")(x))
+        return self.logits(x)
+
+
+def train_loss_after_step(model, x, y, steps, lr):
+    """Records the loss after each step: a second forward pass once the weights have moved."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        with torch.no_grad():
+            losses.append(F.cross_entropy(model(x), y).item())
+    return losses
+
+
 ALTERNATIVES = {
     "00.neuron": [neuron_einsum, neuron_broadcast],
-    "00.mse_loss": [mse_functional, mse_dot],
+    "00.mse_loss": [mse_square, mse_dot],
     "00.gradient_step": [step_einsum, step_per_sample],
     "00.sigmoid": [
         Answer("sigmoid_where", sigmoid_where, sigmoid_where_derivative),
@@ -187,10 +221,11 @@ ALTERNATIVES = {
     ],
     "00.silu": [
         Answer("silu_expit", silu_expit, silu_expit_derivative),
-        Answer("silu_functional", silu_functional, silu_tanh_derivative),
+        Answer("silu_divided", silu_divided, silu_tanh_derivative),
     ],
     "00.spirals": [
         Answer("module_list_nll", MLPModuleList, train_nll),
         Answer("sequential_criterion", MLPSequential, train_criterion),
+        Answer("attributes_loss_after_step", MLPAttributes, train_loss_after_step),
     ],
 }

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, ErrorHint, Outputs, Property
+from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -25,10 +25,6 @@ def _random_mask(g: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
     mask = torch.rand(shape, generator=g) < 0.4
     keep = torch.randint(0, shape[-1], shape[:-1], generator=g)
     return mask.scatter(-1, keep.unsqueeze(-1), False)
-
-
-def _causal(T: int) -> torch.Tensor:
-    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -90,6 +86,21 @@ SOFTMAX = Check(
     target="softmax",
     cases=softmax_cases,
     run=run_softmax,
+    # nn.Softmax, nn.Softmin and nn.LogSoftmax call these; log_softmax(x).exp() is the softmax too.
+    forbidden=library_calls(
+        "torch.softmax",
+        "torch.Tensor.softmax",
+        "torch.nn.functional.softmax",
+        "torch.special.softmax",
+        "torch._softmax",
+        "torch._safe_softmax",
+        "torch.nn.functional.softmin",
+        "torch.log_softmax",
+        "torch.Tensor.log_softmax",
+        "torch.nn.functional.log_softmax",
+        "torch.special.log_softmax",
+        "torch._log_softmax",
+    ),
     properties=[
         Property("slices along dim sum to 1", _sums_to_one),
         Property("matches torch.softmax", _matches_torch_softmax),
@@ -134,8 +145,8 @@ def attention_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         }
         if kind == "random":
             inputs["mask"] = _random_mask(g, (tq, tk))
-        elif kind == "causal":
-            inputs["mask"] = _causal(tq)
+        elif kind == "causal":  # written out: a causal-mask helper here would answer 01.causal_mask
+            inputs["mask"] = torch.ones(tq, tq, dtype=torch.bool).triu(1)
         elif kind == "batched":
             inputs["mask"] = _random_mask(g, (*lead, tq, tk))
         mask = "no mask" if kind is None else f"{kind} mask of shape {tuple(inputs['mask'].shape)}"
@@ -174,11 +185,24 @@ def _masked_get_zero(case: Case, out: Outputs) -> str | None:
     return None if leak == 0 else f"masked positions (mask True) get weight up to {leak:.3g}; they must get 0"
 
 
+# PyTorch's multi-head attention, the answer to Questions 4 and 5; nn.MultiheadAttention calls these.
+LIBRARY_MULTI_HEAD_ATTENTION = library_calls(
+    "torch.nn.functional.multi_head_attention_forward", "torch._native_multi_head_attention"
+)
+
 ATTENTION = Check(
     name="01.attention",
     target="scaled_dot_product_attention",
     cases=attention_cases,
     run=run_attention,
+    forbidden=(
+        *library_calls(
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch._scaled_dot_product_attention_math",
+            "torch._scaled_dot_product_flash_attention_for_cpu",
+        ),
+        *LIBRARY_MULTI_HEAD_ATTENTION,  # attention itself, with projections that can be the identity
+    ),
     properties=[
         Property("matches F.scaled_dot_product_attention", _matches_torch_sdpa),
         Property("each query's weights sum to 1", _weights_are_distributions),
@@ -290,7 +314,7 @@ def _mha_case(g, B, Tq, Tk, D, H, *, context: bool, mask: str | None) -> Case:
     if context:
         inputs["context"] = torch.randn(B, Tk, D, generator=g)
     if mask == "causal":
-        inputs["mask"] = _causal(Tq)
+        inputs["mask"] = torch.ones(Tq, Tq, dtype=torch.bool).triu(1)
         t = _int(g, 0, Tq - 2)
         perturbed = x.clone()
         perturbed[:, t + 1 :] = torch.randn(B, Tq - t - 1, D, generator=g)
@@ -402,6 +426,7 @@ MULTI_HEAD_ATTENTION = Check(
     target="MultiHeadAttention",
     cases=mha_cases,
     run=run_mha,
+    forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
     properties=[
         Property(
             "earlier outputs do not move when later tokens change (causal mask)", _mha_past_does_not_move
@@ -426,6 +451,7 @@ CROSS_ATTENTION = Check(
     answer="multi_head_attention",
     cases=cross_cases,
     run=run_mha,
+    forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
     properties=[Property("one output vector per query", _output_has_query_length)],
     error_hints=MHA_ERRORS,
     hints=[
@@ -495,6 +521,9 @@ LAYER_NORM = Check(
     target="LayerNorm",
     cases=layer_norm_cases,
     run=run_layer_norm,
+    forbidden=library_calls(  # nn.LayerNorm calls the first
+        "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm"
+    ),
     properties=[Property("matches torch.nn.functional.layer_norm", _matches_torch_layer_norm)],
     error_hints=[
         NO_PARAMETER,
@@ -535,7 +564,7 @@ def encoder_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             "num_heads": H,
             "ffn_size": Fs,
             "x": torch.randn(B, T, D, generator=g),
-            "mask": _causal(T) if causal else None,
+            "mask": torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None,
             "state_dict": state,
         }
         name = f"x (B={B}, T={T}, D={D}), H={H}, F={Fs}" + (", causal mask" if causal else "")
@@ -543,8 +572,11 @@ def encoder_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
-class _TrustedAttention(nn.Module):
-    """PyTorch's attention behind the parameter names of the given MultiHeadAttention.__init__."""
+class _LibraryAttention(nn.Module):
+    """PyTorch's multi-head attention behind the parameter names of the given
+    MultiHeadAttention.__init__; the mask is the course's (True = not allowed, broadcastable to
+    (B, H, Tq, Tk)). It answers no question: 01.multi_head_attention forbids the function it calls.
+    """
 
     def __init__(self, hidden_size: int, num_heads: int):
         super().__init__()
@@ -554,15 +586,32 @@ class _TrustedAttention(nn.Module):
         )
 
     def forward(self, x, context=None, mask=None):
-        source = x if context is None else context
+        source = (x if context is None else context).transpose(0, 1)  # (Tk, B, D): PyTorch's layout
         B, Tq, D = x.shape
-
-        def heads(y):  # (B, T, D) -> (B, H, T, Dh)
-            return y.view(B, y.shape[1], self.num_heads, D // self.num_heads).transpose(1, 2)
-
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(source)), heads(self.v_proj(source))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else ~mask)
-        return self.o_proj(out.transpose(1, 2).reshape(B, Tq, D))
+        if mask is not None:  # one (Tq, Tk) mask per batch element and head, B * H of them
+            mask = mask.expand(B, self.num_heads, Tq, len(source)).reshape(B * self.num_heads, Tq, -1)
+        out, _ = F.multi_head_attention_forward(
+            query=x.transpose(0, 1),
+            key=source,
+            value=source,
+            embed_dim_to_check=D,
+            num_heads=self.num_heads,
+            in_proj_weight=None,
+            in_proj_bias=torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]),
+            bias_k=None,
+            bias_v=None,
+            add_zero_attn=False,
+            dropout_p=0.0,
+            out_proj_weight=self.o_proj.weight,
+            out_proj_bias=self.o_proj.bias,
+            need_weights=False,
+            attn_mask=mask,
+            use_separate_proj_weight=True,
+            q_proj_weight=self.q_proj.weight,
+            k_proj_weight=self.k_proj.weight,
+            v_proj_weight=self.v_proj.weight,
+        )
+        return out.transpose(0, 1)
 
 
 def run_encoder(encoder_class, case: Case) -> Outputs:
@@ -570,9 +619,9 @@ def run_encoder(encoder_class, case: Case) -> Outputs:
     out = {}
     for key, pre_norm in (("post_ln", False), ("pre_ln", True)):
         layer = encoder_class(i["hidden_size"], i["num_heads"], i["ffn_size"], pre_norm=pre_norm)
-        # This question grades forward's wiring alone: trusted sublayers replace the student's
+        # This question grades forward's wiring alone: PyTorch's sublayers replace the student's
         # MultiHeadAttention and LayerNorm, whose bugs cost points in their own questions only.
-        layer.attention = _TrustedAttention(i["hidden_size"], i["num_heads"])
+        layer.attention = _LibraryAttention(i["hidden_size"], i["num_heads"])
         layer.norm1, layer.norm2 = nn.LayerNorm(i["hidden_size"]), nn.LayerNorm(i["hidden_size"])
         layer.load_state_dict(i["state_dict"])
         out[key] = layer(i["x"], mask=i["mask"])
@@ -591,6 +640,8 @@ def _post_ln_is_normalised(case: Case, out: Outputs) -> str | None:
     )
 
 
+# Forbids no call: its run puts PyTorch's attention and LayerNorm in place of the student's, and
+# PyTorch's nn.TransformerEncoderLayer cannot hold the sublayers the given __init__ creates.
 ENCODER_LAYER = Check(
     name="01.encoder_layer",
     target="EncoderLayer",

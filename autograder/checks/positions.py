@@ -1,8 +1,9 @@
 """Checks of notebook 02, positional encodings.
 
 Key: B batch, T sequence length, D hidden size, L max_seq_len, k offset between positions.
-The trusted formula `_pe` below (float64) is what the properties compare with; the outputs
-themselves are compared with the reference read from the solution notebook.
+The properties of Questions 3 and 4 compare with the sinusoidal table of the reference
+(`_with_pe_table`): no code of this package computes it, since that code would answer
+Question 1 for any student who imports it.
 """
 
 import math
@@ -10,21 +11,29 @@ import re
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from .. import reference
 from ..core import Case, Check, ErrorHint, Outputs, Property
 
-# ------------------------------------------------------------------ trusted helpers
+# ------------------------------------------------------------------ the reference's table
 
 
-def _freqs(hidden_size: int, base: float) -> torch.Tensor:
-    """w_i = base^(-2i / D), i = 0 .. D/2 - 1, in float64."""
-    return base ** (-torch.arange(0, hidden_size, 2, dtype=torch.float64) / hidden_size)
+def _with_pe_table(name: str, inputs: dict, rows: int) -> Case:
+    """A case whose judge_only holds PE[0 .. rows - 1] for its hidden_size and base, from the
+    reference's sinusoidal_positional_encoding. These cases are drawn only where solutions/ is:
+    at build time (which stores the visible ones, table included) and at grading time."""
+    encode = reference.reference_object("02.sinusoidal", "sinusoidal_positional_encoding")
+    return Case(name, inputs, judge_only={"pe": encode(rows, inputs["hidden_size"], inputs["base"])})
 
 
-def _pe(positions: torch.Tensor, hidden_size: int, base: float) -> torch.Tensor:
-    """PE[p, 2i] = sin(p w_i), PE[p, 2i + 1] = cos(p w_i) in float64: (len(positions), D)."""
-    angles = positions.to(torch.float64)[:, None] * _freqs(hidden_size, base)  # (P, D/2)
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (P, D)
+def _pe_at(case: Case, positions: torch.Tensor) -> torch.Tensor:
+    """PE[positions] (any shape, negative positions too) from the case's table, in float64:
+    PE[-p] is PE[p] with its sines negated, since sine is odd and cosine even."""
+    table = case.judge_only["pe"].double()
+    rows = table[positions.abs()]
+    odd = torch.tensor([-1.0, 1.0], dtype=torch.float64).repeat(table.shape[1] // 2)
+    return torch.where(positions[..., None] < 0, rows * odd, rows)
 
 
 def _base(g: torch.Generator) -> float:
@@ -217,8 +226,11 @@ OFFSETS_CASES = [
 ]
 
 
+TOEPLITZ_POSITIONS = (0, 5, 17)  # the positions p of the property PE[p] . PE[p + offset]
+
+
 def dot_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    cases = [Case(n, {"offset": o, "hidden_size": d, "base": b}) for n, o, d, b in OFFSETS_CASES]
+    shapes = list(OFFSETS_CASES)
     if hidden:
         for _ in range(3):
             shape = tuple(
@@ -227,7 +239,11 @@ def dot_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             offset = torch.randint(-60, 61, shape, generator=g)
             hidden_size, base = 2 * int(torch.randint(1, 33, (), generator=g)), _base(g)
             name = f"offsets of shape {shape}, hidden_size={hidden_size}, base={base:g}"
-            cases.append(Case(name, {"offset": offset, "hidden_size": hidden_size, "base": base}))
+            shapes.append((name, offset, hidden_size, base))
+    cases = []
+    for name, offset, hidden_size, base in shapes:
+        rows = max(TOEPLITZ_POSITIONS) + int(offset.abs().max()) + 1  # PE[p + offset] for each p
+        cases.append(_with_pe_table(name, {"offset": offset, "hidden_size": hidden_size, "base": base}, rows))
     return cases
 
 
@@ -237,12 +253,12 @@ def run_dot(pe_dot_product, case: Case) -> Outputs:
 
 
 def _toeplitz(case: Case, out: Outputs) -> str | None:
-    offset, d, base = case.inputs["offset"].reshape(-1), case.inputs["hidden_size"], case.inputs["base"]
+    offset = case.inputs["offset"].reshape(-1)
     got = out["dot"].reshape(-1).double()
     if got.shape != offset.shape:
         return None
-    for p in (0, 5, 17):
-        direct = (_pe(torch.tensor([p]), d, base) * _pe(p + offset, d, base)).sum(-1)  # PE[p] . PE[p + k]
+    for p in TOEPLITZ_POSITIONS:
+        direct = (_pe_at(case, torch.tensor([p])) * _pe_at(case, p + offset)).sum(-1)  # PE[p] . PE[p + k]
         gap = (got - direct).abs().max().item() if len(got) else 0.0
         if gap > 1e-3:
             return f"PE[{p}] . PE[{p} + offset] differs from your value by up to {gap:.3g}"
@@ -280,6 +296,7 @@ PE_DOT = Check(
 
 # ------------------------------------------------------------------------------- M_k
 
+SHIFTED_FROM, SHIFTED_TO = -20, 60  # the positions pos of the property PE[pos] @ M_k == PE[pos + k]
 SHIFT_CASES = [(3, 8, 10000.0), (0, 6, 10000.0), (-4, 8, 100.0), (1, 2, 10000.0), (17, 12, 1000.0)]
 
 
@@ -296,10 +313,13 @@ def shift_cases(g: torch.Generator, hidden: bool) -> list[Case]:
                 _base(g),
             )
         )
-    return [
-        Case(f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b})
-        for k, d, b in shapes
-    ]
+    cases = []
+    for k, d, b in shapes:
+        rows = max(-SHIFTED_FROM, SHIFTED_TO) + abs(k)  # PE[pos] and PE[pos + k] for every pos
+        cases.append(
+            _with_pe_table(f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b}, rows)
+        )
+    return cases
 
 
 def run_shift(relative_shift_matrix, case: Case) -> Outputs:
@@ -308,14 +328,13 @@ def run_shift(relative_shift_matrix, case: Case) -> Outputs:
 
 
 def _shifts(case: Case, out: Outputs) -> str | None:
-    m, d, k, base = out["M_k"], case.inputs["hidden_size"], case.inputs["k"], case.inputs["base"]
+    m, d, k = out["M_k"], case.inputs["hidden_size"], case.inputs["k"]
     if m.shape != (d, d):
         return None
-    positions = torch.arange(-20, 60)
-    gap = (_pe(positions, d, base) @ m.double() - _pe(positions + k, d, base)).abs().max().item()
-    return (
-        None if gap < 1e-4 else f"PE[pos] @ M_k differs from PE[pos + k] by up to {gap:.3g} (pos in -20..59)"
-    )
+    positions = torch.arange(SHIFTED_FROM, SHIFTED_TO)
+    gap = (_pe_at(case, positions) @ m.double() - _pe_at(case, positions + k)).abs().max().item()
+    span = f"pos in {SHIFTED_FROM}..{SHIFTED_TO - 1}"
+    return None if gap < 1e-4 else f"PE[pos] @ M_k differs from PE[pos + k] by up to {gap:.3g} ({span})"
 
 
 def _orthogonal(case: Case, out: Outputs) -> str | None:
@@ -460,12 +479,11 @@ LEARNED = Check(
 
 
 def _attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor):
-    """A single-head self-attention without positions: (B, T, D) -> (B, T, D)."""
+    """A single-head self-attention without positions, (B, T, D) -> (B, T, D): PyTorch's, which
+    01.attention forbids, so that this function answers no question."""
 
     def attention(z: torch.Tensor) -> torch.Tensor:
-        q, k, v = z @ wq, z @ wk, z @ wv  # (B, T, D) each
-        weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(z.shape[-1]), dim=-1)  # (B, T, T)
-        return weights @ v
+        return F.scaled_dot_product_attention(z @ wq, z @ wk, z @ wv)  # scaled by sqrt(D)
 
     return attention
 
@@ -486,7 +504,7 @@ def perm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         inputs = {
             "x": torch.randn(b, t, d, generator=g),
             "perm": perm,
-            "positions": _pe(torch.arange(t), d, 10000.0).float(),
+            "positions": torch.randn(t, d, generator=g),  # any table of one vector per slot
             "weights": torch.randn(3, d, d, generator=g) / math.sqrt(d),
         }
         cases.append(Case(f"B={b}, T={t}, D={d}, perm={perm.tolist()}", inputs))

@@ -7,7 +7,7 @@ is close to eps: only there does the place of eps (inside or outside the root) s
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, ErrorHint, Outputs, Property
+from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
 
 # (shape, eps, scale of x): scale 1e-3 with eps 1e-6, and eps 0.5, make eps matter.
 SHAPES = [((2, 5, 16), 1e-6, 1.0), ((3, 8), 0.5, 0.3), ((1, 4, 32), 1e-6, 1e-3), ((2, 3, 8), 1e-5, 1e3)]
@@ -90,6 +90,9 @@ def _matches_torch(case: Case, out: Outputs) -> str | None:
     return None if gap <= limit else f"torch.nn.functional.rms_norm differs by up to {gap:.3g}"
 
 
+# PyTorch's RMSNorm, the answer to both questions; nn.RMSNorm calls the first.
+LIBRARY_RMS_NORM = library_calls("torch.nn.functional.rms_norm", "torch.rms_norm", "torch._fused_rms_norm")
+
 NO_WEIGHT = ErrorHint(
     "has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."
 )
@@ -101,6 +104,7 @@ NORM = Check(
     error_hints=[NO_WEIGHT],
     cases=norm_cases,
     run=run_norm,
+    forbidden=LIBRARY_RMS_NORM,
     properties=[
         Property("scale invariance", _scale_invariant),
         Property("zero vector gives zeros", _no_nan_on_zeros),
@@ -118,6 +122,7 @@ MODULE = Check(
     target="RMSNorm",
     cases=module_cases,
     run=run_module,
+    forbidden=LIBRARY_RMS_NORM,
     properties=[
         Property("matches torch.nn.functional.rms_norm", _matches_torch),
         Property("zero vector gives zeros", _no_nan_on_zeros),

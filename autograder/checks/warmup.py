@@ -4,12 +4,23 @@ Key: N samples, F features. The activation checks include |z| of 100 and 1000 in
 where formulas with e^z or e^-z in both numerator and denominator give inf / inf = NaN. The
 spirals check is judged by a criterion (held-out accuracy within a step budget), not by
 equality with the reference: two correct trainings differ in their floating-point details.
+The judge computes that accuracy itself, with the MLP that the trained parameters describe,
+and checks train's losses against the losses of the initial and the final parameters: a
+forward that is not that MLP, or a loop that takes no step, cannot pass.
 """
 
-import torch
+import math
+from collections.abc import Callable, Sequence
 
-from ..core import Case, Check, ErrorHint, Outputs, Property
+import torch
+import torch.nn.functional as F
+
+from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
 from ..playground import one_thread, spirals_split
+
+# Autograd computes the derivatives that the gradient step and the activations ask for by hand
+# (torch.func and torch.autograd.functional call torch.autograd.grad).
+AUTOGRAD = library_calls("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward")
 
 # ------------------------------------------------------------------------------ neuron
 
@@ -109,6 +120,7 @@ MSE = Check(
     target="mse_loss",
     cases=mse_cases,
     run=run_mse,
+    forbidden=library_calls("torch.nn.functional.mse_loss", "torch._C._nn.mse_loss"),  # nn.MSELoss too
     properties=[
         Property("zero for a perfect prediction", _perfect_is_zero),
         Property("never negative", _non_negative),
@@ -146,22 +158,27 @@ def run_step(gradient_step, case: Case) -> Outputs:
     return {"w": new_w, "b": new_b}
 
 
-def autograd_step(x, y, w, b, lr) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same step with gradients from autograd (trusted: used by the judge only)."""
-    w, b = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+def _autograd_move(case: Case) -> torch.Tensor:
+    """How much autograd's step moves (w, b), as one (F + 1,) float64 vector.
+
+    The judge's own gradient, computed here and nowhere else: a function of (x, y, w, b, lr)
+    returning the step would be an answer any student could import from this package.
+    """
+    i = case.inputs
+    w, b = i["w"].clone().requires_grad_(), i["b"].clone().requires_grad_()
     with torch.enable_grad():
-        loss = (torch.sigmoid(x @ w + b) - y).pow(2).mean()
+        loss = (torch.sigmoid(i["x"] @ w + b) - i["y"]).pow(2).mean()
         grad_w, grad_b = torch.autograd.grad(loss, (w, b))
-    return (w - lr * grad_w).detach(), (b - lr * grad_b).detach()
+    new_w, new_b = (w - i["lr"] * grad_w).detach(), (b - i["lr"] * grad_b).detach()
+    return torch.cat([new_w - i["w"], (new_b - i["b"]).reshape(1)]).double()
 
 
 def _matches_autograd(case: Case, out: Outputs) -> str | None:
     i = case.inputs
-    want_w, want_b = autograd_step(i["x"], i["y"], i["w"], i["b"], i["lr"])
     got_w, got_b = out["w"], out["b"]
-    if got_w.shape != want_w.shape or got_b.shape != want_b.shape:
+    if got_w.shape != i["w"].shape or got_b.shape != i["b"].shape:
         return None  # the shapes are reported first
-    want = torch.cat([want_w - i["w"], (want_b - i["b"]).reshape(1)]).double()  # autograd's move
+    want = _autograd_move(case)
     got = torch.cat([got_w - i["w"], (got_b - i["b"]).reshape(1)]).double()  # your move
     if torch.allclose(got, want, rtol=1e-4, atol=1e-6):
         return None
@@ -180,10 +197,9 @@ def _matches_autograd(case: Case, out: Outputs) -> str | None:
     return lines + "."
 
 
-NO_AUTOGRAD = (
-    "This check runs your function under torch.no_grad(), so .backward() and torch.autograd.grad cannot work "
-    "here: derive dL/dw and dL/db by hand with the chain rule (the formulas above) and compute them with "
-    "tensor operations."
+BY_HAND = (
+    "derive dL/dw and dL/db by hand with the chain rule (the formulas above) and compute them with tensor "
+    "operations (the check runs your function under torch.no_grad())."
 )
 
 GRADIENT_STEP = Check(
@@ -191,10 +207,11 @@ GRADIENT_STEP = Check(
     target="gradient_step",
     cases=step_cases,
     run=run_step,
+    forbidden=AUTOGRAD,
     properties=[Property("the step equals autograd's step", _matches_autograd)],
     error_hints=[
-        ErrorHint("does not require grad", NO_AUTOGRAD),
-        ErrorHint("NoneType", "w.grad is None: nothing fills it here. " + NO_AUTOGRAD),
+        *(ErrorHint(f"calls {name}", f"autograd computed the gradient: {BY_HAND}") for _, name in AUTOGRAD),
+        ErrorHint("NoneType", f"w.grad is None: nothing fills it here; {BY_HAND}"),
         ErrorHint(
             "size mismatch", "x is (N, F): dL/dw = x.T @ delta, where delta (N,) holds one number per sample."
         ),
@@ -281,13 +298,18 @@ NOT_A_TENSOR = ErrorHint(
 )
 
 
-def activation_check(name: str, functions: tuple[str, str], hints: list[str]) -> Check:
+def activation_check(
+    name: str, functions: tuple[str, str], library: Sequence[tuple[Callable, str]], hints: list[str]
+) -> Check:
+    """The check of one activation and its derivative, which may call neither its library
+    version (`library`, from library_calls) nor autograd."""
     return Check(
         name=f"00.{name}",
         target=functions,
         answer="activations",
         cases=activation_cases,
         run=run_activation,
+        forbidden=(*library, *AUTOGRAD),
         properties=[SLOPE],
         error_hints=[NOT_A_TENSOR],
         hints=hints,
@@ -298,6 +320,15 @@ def activation_check(name: str, functions: tuple[str, str], hints: list[str]) ->
 SIGMOID = activation_check(
     "sigmoid",
     ("sigmoid", "sigmoid_derivative"),
+    # F.sigmoid calls Tensor.sigmoid, nn.Sigmoid torch.sigmoid; exp(logsigmoid(z)) is the sigmoid too.
+    library_calls(
+        "torch.sigmoid",
+        "torch.sigmoid_",
+        "torch.Tensor.sigmoid",
+        "torch.Tensor.sigmoid_",
+        "torch.special.expit",
+        "torch.nn.functional.logsigmoid",
+    ),
     [
         "sigmoid(z) = 1 / (1 + e^-z). Write the derivative in terms of sigmoid(z) itself.",
         "sigmoid'(z) = sigmoid(z) * (1 - sigmoid(z)): differentiate (1 + e^-z)^-1 and simplify.",
@@ -308,6 +339,10 @@ SIGMOID = activation_check(
 RELU = activation_check(
     "relu",
     ("relu", "relu_derivative"),
+    # F.relu_ calls torch.relu_, nn.ReLU F.relu.
+    library_calls(
+        "torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_", "torch.nn.functional.relu"
+    ),
     [
         "ReLU keeps positive values and sets the others to 0, elementwise on the whole tensor at once "
         "(Python's max works on single numbers only).",
@@ -319,6 +354,7 @@ RELU = activation_check(
 SILU = activation_check(
     "silu",
     ("silu", "silu_derivative"),
+    library_calls("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_"),  # nn.SiLU too
     [
         "SiLU is the input scaled by its own sigmoid: reuse your sigmoid rather than a new exponential.",
         "Product rule on z * sigmoid(z): silu'(z) = sigmoid(z) + z * sigmoid'(z).",
@@ -354,14 +390,21 @@ def run_spirals(functions, case: Case) -> Outputs:
     with one_thread():  # tiny matrices: extra threads only slow training down
         torch.manual_seed(i["seed"])
         model = MLP(i["width"], i["depth"], i["activation"])
+        initial = _numbered("initial", model)
         losses = train(model, i["x_train"], i["y_train"], i["steps"], i["lr"])
         with torch.no_grad():
             logits = model(i["x_test"])
     return {
         "logits": logits,
         "losses": torch.tensor([_as_float(loss) for loss in losses]),
-        "n_params": torch.tensor(sum(p.numel() for p in model.parameters())),
+        **initial,
+        **_numbered("final", model),
     }
+
+
+def _numbered(stage: str, model) -> Outputs:
+    """The model's parameters in `model.parameters()` order, as outputs "<stage> parameter <k>"."""
+    return {f"{stage} parameter {k}": p.detach().clone() for k, p in enumerate(model.parameters())}
 
 
 def _as_float(loss) -> float:
@@ -376,9 +419,103 @@ def expected_parameters(width: int, depth: int) -> int:
     return (2 * width + width) + (depth - 1) * (width * width + width) + (width * 2 + 2)
 
 
+# The judge checks a trained model from its parameters alone: the held-out logits of the MLP
+# they describe, and the training losses at the initial and the final weights. The helpers
+# below take the case and the outputs, so that none of them can stand in for MLP or train.
+
+ACTIVATION_FUNCTIONS = {"relu": torch.relu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+FIRST_LOSS_TOLERANCE = 1e-4  # rtol and atol: the same loss, computed in another order
+LAST_LOSS_TOLERANCE = (0.25, 0.02)  # (rtol, atol): one Adam step's change at the end of training
+
+
+def _layers(case: Case, out: Outputs, stage: str) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The (weight, bias) of each nn.Linear of the MLP asked for, in the order data flows through
+    them, taken from the parameters of `stage` ("initial" or "final") by their shapes: the first
+    unused parameter of each shape, so the order a module registers its layers in does not matter.
+    None when the parameters do not have these shapes."""
+    parameters = [out[f"{stage} parameter {k}"] for k in range(_count(out, stage))]
+    sizes = [2] + [case.inputs["width"]] * case.inputs["depth"] + [2]
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        weight, bias = _take(parameters, (fan_out, fan_in)), _take(parameters, (fan_out,))
+        if weight is None or bias is None:
+            return None
+        layers.append((weight, bias))
+    return None if parameters else layers
+
+
+def _count(out: Outputs, stage: str) -> int:
+    return sum(key.startswith(f"{stage} parameter ") for key in out)
+
+
+def _take(parameters: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor | None:
+    for k, parameter in enumerate(parameters):
+        if parameter.shape == shape:
+            return parameters.pop(k)
+    return None
+
+
+def _logits(case: Case, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
+    """The MLP's forward, computed from its layers: Linear, activation, ..., Linear (trusted)."""
+    activation = ACTIVATION_FUNCTIONS[case.inputs["activation"]]
+    for k, (weight, bias) in enumerate(layers):
+        x = F.linear(x, weight, bias)
+        x = activation(x) if k < len(layers) - 1 else x
+    return x
+
+
+def _training_loss(case: Case, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    return F.cross_entropy(_logits(case, layers, case.inputs["x_train"]), case.inputs["y_train"])
+
+
+def _loss_after_one_step(case: Case, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The training loss after one full-batch Adam step from `layers` (a loop may record its loss
+    after the step rather than before it)."""
+    moving = [(w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()) for w, b in layers]
+    optimizer = torch.optim.Adam([t for layer in moving for t in layer], lr=case.inputs["lr"])
+    with torch.enable_grad():
+        _training_loss(case, moving).backward()
+    optimizer.step()
+    with torch.no_grad():
+        return _training_loss(case, moving).item()
+
+
+def _losses_problem(case: Case, losses: torch.Tensor, initial: list, final: list) -> str | None:
+    """Whether train's losses are the losses of the weights it started from and ended with."""
+    with torch.no_grad():
+        before, after = _training_loss(case, initial).item(), _training_loss(case, final).item()
+    first, last = losses[0].item(), losses[-1].item()
+    if not _same_loss(first, before):
+        stepped = _loss_after_one_step(case, initial)
+        if not _same_loss(first, stepped):
+            return (
+                f"train's first loss is {first:.6g}, but the cross-entropy of the model's initial weights "
+                f"on the training points is {before:.6g} ({stepped:.6g} after one Adam step): return the "
+                "losses your loop computes, one per step"
+            )
+    rtol, atol = LAST_LOSS_TOLERANCE
+    if abs(last - after) > atol + rtol * after:
+        return (
+            f"train's last loss is {last:.6g}, but the cross-entropy of the trained weights on the "
+            f"training points is {after:.6g}: return the losses your loop computes, one per step"
+        )
+    return None
+
+
+def _same_loss(got: float, want: float) -> bool:
+    return math.isclose(got, want, rel_tol=FIRST_LOSS_TOLERANCE, abs_tol=FIRST_LOSS_TOLERANCE)
+
+
+def _accuracy(case: Case, layers: list) -> float:
+    with torch.no_grad():
+        predicted = _logits(case, layers, case.inputs["x_test"]).argmax(dim=1)
+    return (predicted == case.judge_only["y_test"]).float().mean().item()
+
+
 def spirals_criterion(case: Case, out: Outputs) -> str | None:
     i, y_test = case.inputs, case.judge_only["y_test"]
-    logits, losses, n_params = out["logits"], out["losses"], int(out["n_params"])
+    logits, losses = out["logits"], out["losses"]
+    n_params = sum(out[f"final parameter {k}"].numel() for k in range(_count(out, "final")))
     want = expected_parameters(i["width"], i["depth"])
     if n_params != want:
         return (
@@ -397,7 +534,30 @@ def spirals_criterion(case: Case, out: Outputs) -> str | None:
         return f"the model should map (N, 2) points to (N, 2) logits; got {shape} for N={len(y_test)}"
     if not torch.isfinite(logits).all():
         return "the held-out logits contain NaN or inf: is the learning rate the one given?"
-    accuracy = (logits.argmax(dim=1) == y_test).float().mean().item()
+    initial, final = _layers(case, out, "initial"), _layers(case, out, "final")
+    if initial is None or final is None:
+        return (
+            f"the parameters of your model are not those of {i['depth']} nn.Linear layers of {i['width']} "
+            f"units after the 2 inputs and one nn.Linear({i['width']}, 2), each with its bias"
+        )
+    gap = (logits.double() - _logits(case, final, i["x_test"]).double()).abs().max().item()
+    if gap > 1e-4 * (1 + logits.abs().max().item()):
+        return (
+            f"your model's outputs are not those of the MLP its parameters describe (they differ by up to "
+            f"{gap:.3g}): forward must apply its layers in order, depth x (nn.Linear then the activation), "
+            "then the last nn.Linear, and compute nothing else"
+        )
+    problem = _losses_problem(case, losses, initial, final)
+    if problem:
+        return problem
+    untrained = _accuracy(case, initial)
+    if untrained >= THRESHOLD:
+        return (
+            f"your MLP classifies the held-out points before any training (accuracy {untrained:.3f} at its "
+            "initial weights): it must start from nn.Linear's random initialisation, so that the check "
+            "grades what train learns"
+        )
+    accuracy = _accuracy(case, final)
     if accuracy >= THRESHOLD:
         return None
     return (
