@@ -1,14 +1,17 @@
-"""A control group per sandbox: a cap on its processes and on its memory as a whole.
+"""A control group per sandbox: a cap on its processes and memory as a whole, and its share of CPU.
 
 rlimits bound each process of a sandbox, not their number or their sum: a fork bomb, or
 ten processes of 4 GiB each, would slow the whole machine and could make the kernel's
 out-of-memory killer pick another notebook's kernel. A group with `pids` and `memory`
 limits stops them at the sandbox's own limits, and lets the grader kill every process of
-a sandbox, whatever it forked or detached, before it touches the sandbox's folders.
+a sandbox, whatever it forked or detached, before it touches the sandbox's folders. Where
+the `cpu` controller is there too, every sandbox weighs the same whatever it runs: without
+it, 150 processes each in a session of its own (the scheduler's autogroups) would leave
+another notebook's kernel 1/150 of the processor, and its cells would time out.
 
-cgroup v2 is used where its `pids` and `memory` controllers are delegated to the grader's
-group; else cgroup v1 (one group in the `pids` hierarchy, one in `memory`); else none, and
-`unavailable_reason` says why (the grader then warns once per batch).
+cgroup v2 is used where its controllers are delegated to the grader's group; else cgroup v1
+(a group in each controller's hierarchy); else none, and `unavailable_reason` says why (the
+grader then warns once per batch).
 """
 
 import os
@@ -18,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTROLLERS = ("pids", "memory")
+CONTROLLERS = ("pids", "memory")  # needed
+SHARES = "cpu"  # used where there
 KILL_PATIENCE_S = 10.0  # for a group's processes to go once killed (a fork bomb keeps forking)
 
 
@@ -30,20 +34,24 @@ class Limits:
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """One sandbox's group: a folder per hierarchy (one in v2, two in v1)."""
+    """One sandbox's group: its folder in each hierarchy, by controller (v2: one folder, under "")."""
 
-    folders: tuple[Path, ...]
+    folders: dict[str, Path]
     version: int
 
     @classmethod
-    def create(cls, limits: Limits) -> "ProcessGroup":
-        """A new group under the grader's own, with the limits; raises OSError where none can be made."""
+    def create(cls, limits: Limits, batch: str = "") -> "ProcessGroup":
+        """A new group under the grader's own (in its batch's group, if named), with the limits;
+        raises OSError where none can be made."""
         parents, version = _parents()
+        if batch:
+            parents = {
+                controller: _batch_folder(parent, batch, version) for controller, parent in parents.items()
+            }
         name = f"course-{secrets.token_hex(6)}"
-        folders = tuple(parent / name for parent in parents)
-        group = cls(folders, version)
+        group = cls({controller: parent / name for controller, parent in parents.items()}, version)
         try:
-            for folder in folders:
+            for folder in group.folders.values():
                 folder.mkdir()
             group._limit(limits)
         except BaseException:  # no half-made group is left behind, whatever stopped its making
@@ -52,25 +60,26 @@ class ProcessGroup:
         return group
 
     def _limit(self, limits: Limits) -> None:
+        # The CPU share is the default one (cpu.shares 1024, cpu.weight 100): equal for every sandbox.
         if self.version == 2:
-            (folder,) = self.folders
+            folder = self.folders[""]
             _write(folder / "pids.max", limits.processes)
             _write(folder / "memory.max", limits.memory_bytes)
             _write(folder / "memory.swap.max", 0, missing_ok=True)
             return
-        pids, memory = self.folders
-        _write(pids / "pids.max", limits.processes)
+        _write(self.folders["pids"] / "pids.max", limits.processes)
+        memory = self.folders["memory"]
         _write(memory / "memory.limit_in_bytes", limits.memory_bytes)
         _write(memory / "memory.memsw.limit_in_bytes", limits.memory_bytes, missing_ok=True)  # no swap
 
     def join(self) -> None:
         """Move the calling process into the group (from a child, before it executes the kernel)."""
-        for folder in self.folders:
+        for folder in self.folders.values():
             _write(folder / "cgroup.procs", os.getpid())
 
     def processes(self) -> set[int]:
         found: set[int] = set()
-        for folder in self.folders:
+        for folder in self.folders.values():
             try:
                 found.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
             except FileNotFoundError:
@@ -94,13 +103,12 @@ class ProcessGroup:
     def events(self) -> list[str]:
         """What the limits stopped, in words for the grader's log (empty when nothing was stopped)."""
         if self.version == 2:
-            (folder,) = self.folders
+            folder = self.folders[""]
             refused = _counter(folder / "pids.events", "max")
             killed = _counter(folder / "memory.events", "oom_kill")
         else:
-            pids, memory = self.folders
-            refused = _counter(pids / "pids.events", "max")
-            killed = _counter(memory / "memory.oom_control", "oom_kill")
+            refused = _counter(self.folders["pids"] / "pids.events", "max")
+            killed = _counter(self.folders["memory"] / "memory.oom_control", "oom_kill")
         said = []
         if refused:
             said.append(f"the sandbox refused {refused} new processes or threads (its limit was reached)")
@@ -110,11 +118,48 @@ class ProcessGroup:
 
     def remove(self) -> None:
         """Delete the group's folders (they must be empty: kill_all first)."""
-        for folder in self.folders:
+        for folder in self.folders.values():
             try:
                 folder.rmdir()
             except FileNotFoundError:
                 pass
+
+
+def end_batch(batch: str) -> None:
+    """Kill and remove every group of a batch, and the batch's own: what a grading worker killed
+    midway (it never ended its sandbox) left behind."""
+    try:
+        parents, version = _parents()
+    except (OSError, LookupError):
+        return
+    folders = {controller: parent / batch for controller, parent in parents.items()}
+    names = {
+        child.name
+        for folder in folders.values()
+        if folder.is_dir()
+        for child in folder.iterdir()
+        if child.is_dir()
+    }
+    for name in names:
+        group = ProcessGroup({controller: folder / name for controller, folder in folders.items()}, version)
+        group.kill_all()
+        group.remove()
+    ProcessGroup(folders, version).remove()
+
+
+def _batch_folder(parent: Path, batch: str, version: int) -> Path:
+    """The batch's group under the grader's, made on first use; in v2 it hands its controllers on."""
+    folder = parent / batch
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        return folder
+    if version == 2:
+        controllers = [
+            c for c in (*CONTROLLERS, SHARES) if c in (parent / "cgroup.subtree_control").read_text().split()
+        ]
+        (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in controllers))
+    return folder
 
 
 def unavailable_reason() -> str | None:
@@ -127,17 +172,18 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _parents() -> tuple[tuple[Path, ...], int]:
+def _parents() -> tuple[dict[str, Path], int]:
     """The grader's own group in each hierarchy that has the controllers, and the cgroup version."""
     mounts = _mounts()
     own = _own_groups()
-    if "" in mounts and "" in own:  # cgroup v2: usable when its parent lets it hand out both controllers
+    if "" in mounts and "" in own:  # cgroup v2: usable when the grader's group hands out the controllers
         folder = mounts[""] / own[""].lstrip("/")
         enabled = (folder / "cgroup.subtree_control").read_text().split() if folder.is_dir() else []
         if all(c in enabled for c in CONTROLLERS):
-            return (folder,), 2
+            return {"": folder}, 2
     if all(c in mounts and c in own for c in CONTROLLERS):
-        return tuple(mounts[c] / own[c].lstrip("/") for c in CONTROLLERS), 1
+        wanted = [*CONTROLLERS, SHARES] if SHARES in mounts and SHARES in own else CONTROLLERS
+        return {c: mounts[c] / own[c].lstrip("/") for c in wanted}, 1
     raise LookupError(
         "no cgroup hierarchy offers the pids and memory controllers to the grader "
         "(cgroup v2 with both in the grader's cgroup.subtree_control, or cgroup v1 mounted with both)"
@@ -159,7 +205,7 @@ def _mounts() -> dict[str, Path]:
             mounts.setdefault("", point)
         elif kind == "cgroup":
             for option in after[2].split(","):
-                if option in CONTROLLERS:
+                if option in (*CONTROLLERS, SHARES):
                     mounts.setdefault(option, point)
     return mounts
 

@@ -7,11 +7,15 @@ written unquoted into its <img> tag, a raw cell is copied into the page as it is
 nbconvert's sanitiser only looks at HTML and markdown. So the notebook is cleaned before
 grades are saved, and the notebook stored is safe for every renderer that comes later:
 
-- outputs: only stream, display_data, execute_result and error; of a display, only
-  text/plain and PNG or JPEG images that decode as such; of output metadata, only a
-  numeric width and height per image;
-- cells: metadata reduced to nbgrader's (restored from the release for tracked cells);
-  attachments dropped; markdown and raw cells the student wrote shown as text.
+- outputs, as each cell ends (JudgedExecute: nbconvert validates the notebook right after
+  it, and a malformed output would fail the notebook): only stream, display_data,
+  execute_result and error; of a display, only text/plain and PNG or JPEG images that decode
+  as such; of output metadata, only a numeric width and height per image; execution counts
+  are numbers;
+- metadata (CleanMetadata): a cell's reduced to nbgrader's (restored from the release for
+  tracked cells), the notebook's to its kernel and language (no widget state, no title);
+- cells the student wrote (FenceStudentMarkdown): markdown and raw shown as text,
+  attachments dropped.
 """
 
 import base64
@@ -28,6 +32,7 @@ IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\
 MAX_IMAGE_SIDE = 10_000  # pixels: a width or height beyond is not one a page needs
 MAX_ERROR_CHARS = 4000  # of an error's name, message and each traceback line
 CELL_KEYS = ("nbgrader", "deletable", "editable")  # what nbgrader and JupyterLab read; all plain values
+MAX_ENAME_CHARS = 200
 
 
 class FenceStudentMarkdown(Preprocessor):
@@ -46,25 +51,36 @@ class FenceStudentMarkdown(Preprocessor):
         return nb, resources
 
 
-class CleanOutputs(Preprocessor):
-    """Reduce every output and cell to what renders safely (see the module docstring)."""
+class CleanMetadata(Preprocessor):
+    """Cells keep nbgrader's metadata alone; the notebook keeps its kernel and language (the
+    kernel's own kernel_info reply fills language_info during the run, so it is not trusted)."""
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:
             cell.metadata = {k: cell.metadata[k] for k in CELL_KEYS if k in cell.metadata}
-            if cell.cell_type != "code":
-                continue
-            kept = []
-            for output in cell.outputs:
-                clean = clean_output(output)
-                if clean is None:
-                    self.log.warning(
-                        "[course] an output of type %.40r was dropped", output.get("output_type", "")
-                    )
-                else:
-                    kept.append(clean)
-            cell.outputs = kept
+        kernelspec = nb.metadata.get("kernelspec")
+        nb.metadata = {"language_info": {"name": "python"}}
+        if isinstance(kernelspec, dict):  # OverwriteKernelspec put the release's back
+            nb.metadata["kernelspec"] = {k: str(v) for k, v in kernelspec.items() if k in KERNELSPEC_KEYS}
         return nb, resources
+
+
+KERNELSPEC_KEYS = ("name", "display_name", "language")
+
+
+def clean_cell(cell) -> list[str]:
+    """Clean a code cell's outputs and execution count in place; returns the output types dropped."""
+    kept, dropped = [], []
+    for output in cell.get("outputs", []):
+        clean = clean_output(output)
+        if clean is None:
+            dropped.append(str(output.get("output_type"))[:40])
+        else:
+            kept.append(clean)
+    cell.outputs = kept
+    if type(cell.get("execution_count")) is not int:
+        cell.execution_count = None
+    return dropped
 
 
 def clean_output(output) -> dict | None:
@@ -79,7 +95,7 @@ def clean_output(output) -> dict | None:
         return from_dict(
             {
                 "output_type": kind,
-                "ename": _text(output.get("ename"))[:MAX_ERROR_CHARS],
+                "ename": _text(output.get("ename"))[:MAX_ENAME_CHARS],
                 "evalue": _text(output.get("evalue"))[:MAX_ERROR_CHARS],
                 "traceback": [_text(line)[:MAX_ERROR_CHARS] for line in _lines(output.get("traceback"))],
             }

@@ -2,25 +2,29 @@
 
 A check never compares a student's object with the reference inside one function: `run`
 is the only code that touches student objects, and what it returns is plain data (a dict
-of tensors, or the text of the error the student's code raised). `judge` sees that data,
-the cases, and the expectations (the reference's outputs on the same cases, and the
-outputs of each known mistake), and nothing else. That is what lets the grader run stage 2
-in another process and judge in its own.
+of tensors, or a sentence saying why there is none). `judge` sees that data, the cases,
+and the expectations (the reference's outputs on the same cases, and the outputs of each
+known mistake), and nothing else. That is what lets the grader run stage 2 in another
+process and judge in its own.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 Tensor = torch.Tensor
 Outputs = dict[str, Tensor]
-# What stage 2 hands back per case: the outputs, or the text of the error it raised.
+# What stage 2 hands back per case: the outputs, or a sentence saying why there are none (the
+# error the student's code raised, or the library call it made in place of an answer).
 RunResult = Outputs | str
 
 # One table of tolerances, as tight as each dtype allows for a correct implementation that
@@ -114,6 +118,9 @@ class Check:
     # Judges a case by a criterion of its own instead of equality with the reference (e.g. an
     # accuracy on held-out labels): (case, outputs) -> None when it passes, else why not.
     criterion: Callable[[Case, Outputs], str | None] | None = None
+    # Library functions that are the answer itself, with the name a message gives each
+    # (`library_calls`). A case whose run calls one fails, even if the code catches what follows.
+    forbidden: Sequence[tuple[Callable, str]] = ()
 
     @property
     def answer_cell(self) -> str:
@@ -132,6 +139,29 @@ class Check:
         return self.extra_tolerance.get(dtype) or TOLERANCES.get(dtype, TOLERANCES[torch.float32])
 
 
+def library_calls(*names: str) -> tuple[tuple[Callable, str], ...]:
+    """(function, name) for torch functions given by their dotted names, e.g. "torch.Tensor.softmax",
+    and for the ATen operator of the same name (torch.ops.aten.softmax), a way round the others.
+
+    A `CallWatch` sees only the function a student's line calls, not the ones it calls in turn,
+    so a question lists every public spelling of its answer (torch.X, torch.nn.functional.X,
+    torch.Tensor.X); an nn.Module is seen through the function its forward calls.
+    """
+    calls = {}
+    for name in names:
+        calls[_resolve(name)] = name
+        operator = name.rsplit(".", 1)[-1]
+        aten = getattr(torch.ops.aten, operator, None)
+        if isinstance(aten, torch._ops.OpOverloadPacket):
+            calls.setdefault(aten, f"torch.ops.aten.{operator}")
+    return tuple(calls.items())
+
+
+def _resolve(name: str) -> Callable:
+    root, *attributes = name.split(".")
+    return functools.reduce(getattr, attributes, importlib.import_module(root))
+
+
 class CheckFailed(AssertionError):
     """Raised in the notebook when a check fails; shows the verdict without a traceback."""
 
@@ -146,16 +176,43 @@ class CheckFailed(AssertionError):
 # ---------------------------------------------------------------- stage 2: run (untrusted)
 
 
+class CallWatch(TorchFunctionMode):
+    """Records the calls of chosen torch functions made while it is active, in order.
+
+    A torch function mode sees every torch function called from Python code, but not the
+    functions a torch function calls in turn (see `library_calls`). It is a teaching aid run
+    inside the student's kernel, not a security boundary: code can switch modes off.
+    """
+
+    def __init__(self, functions: Iterable[Callable]):
+        super().__init__()
+        self.watched = frozenset(functions)
+        self.calls: list[Callable] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        watched = getattr(func, "overloadpacket", func)  # torch.ops.aten.X.default is torch.ops.aten.X
+        if watched in self.watched:
+            self.calls.append(watched)
+        return func(*args, **(kwargs or {}))
+
+
 def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
     """Call the object under test on every case; errors become text, never escape."""
-    results: list[RunResult] = []
-    for case in cases:
-        try:
+    return [_run_case(check, obj, case) for case in cases]
+
+
+def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
+    watch = CallWatch(function for function, _ in check.forbidden)
+    try:
+        with watch:
             outputs = check.run(obj, _fresh_copy(case))
-            results.append({k: v.detach().clone() for k, v in outputs.items()})
-        except Exception as error:  # a student's bug is a result, not a crash
-            results.append(_describe_error(error))
-    return results
+        result = {k: v.detach().clone() for k, v in outputs.items()}
+    except Exception as error:  # a student's bug is a result, not a crash
+        result = _describe_error(error)
+    if watch.calls:  # named even when the student's code caught the error that followed
+        name = dict(check.forbidden)[watch.calls[0]]
+        return f"your code calls {name}, which is what this question asks you to write yourself"
+    return result
 
 
 def _fresh_copy(case: Case) -> Case:
@@ -167,13 +224,14 @@ def _fresh_copy(case: Case) -> Case:
 
 
 def _describe_error(error: BaseException) -> str:
-    """`Type: message`, plus the student's own line when the error came from a notebook cell."""
+    """`your code raised Type: message`, plus the student's own line when the error came from a
+    notebook cell."""
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if "ipykernel" in frame.filename or frame.filename.startswith("<"):
             where = f" (in your code: `{(frame.line or '').strip()}`)"
             break
-    return f"{type(error).__name__}: {error}{where}"
+    return f"your code raised {type(error).__name__}: {error}{where}"
 
 
 # ---------------------------------------------------------------- stage 3: judge (trusted)
@@ -261,7 +319,7 @@ def _judge_case(check: Check, case: Case, result: RunResult, reference: Outputs)
 
 def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
     if isinstance(result, str):
-        return f"your code raised {result}"
+        return result
     for key, want in reference.items():
         if key not in result:
             return f"no output '{key}'"

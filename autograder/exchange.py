@@ -106,42 +106,35 @@ def remove_tree(folder: Path) -> None:
         os.close(parent)
 
 
-MAX_REMOVED = 10**6  # entries one folder may hand out: a kernel refilling it as it goes is not waited for
 NESTING = 32  # folders entered below the top one; deeper ones are moved up to the top first
 
 
-def _empty_at(top: int, folder: int, depth: int, *, once: bool = False) -> int:
-    """Remove everything in `folder` (a folder under `top`), or with `once` what one look finds;
-    returns how many entries went."""
-    removed = 0
+def _empty_at(top: int, folder: int, depth: int, *, once: bool = False) -> None:
+    """Remove everything in `folder` (a folder under `top`), or with `once` what one look finds."""
     while names := os.listdir(folder):
         for name in names:
-            removed += _clear(top, folder, name, depth, once=once)
+            _clear(top, folder, name, depth, once=once)
         if once:
-            break
-        if removed > MAX_REMOVED:
-            raise OSError(f"more than {MAX_REMOVED} entries to remove: the folder keeps filling up")
-    return removed
+            return
 
 
-def _clear(top: int, parent: int, name: str, depth: int, *, once: bool = False) -> int:
+def _clear(top: int, parent: int, name: str, depth: int, *, once: bool = False) -> None:
     if _unlink(parent, name):
-        return 1
+        return
     if depth == 0:  # entering would hold one more descriptor: move it up, to be emptied from the top
         os.rename(name, f".up-{secrets.token_hex(8)}", src_dir_fd=parent, dst_dir_fd=top)
-        return 1
+        return
     folder = _open_folder(parent, name)
     if folder is None:  # swapped for a link since: the next look at `parent` unlinks it
-        return 0
+        return
     try:
-        removed = _empty_at(top, folder, depth - 1, once=once)
+        _empty_at(top, folder, depth - 1, once=once)
     finally:
         os.close(folder)
     try:
         os.rmdir(name, dir_fd=parent)
     except FileNotFoundError:
         pass
-    return removed + 1
 
 
 def _unlink(parent: int, name: str) -> bool:

@@ -25,11 +25,11 @@ import hashlib
 import html
 import json
 import os
-import re
 import resource
 import secrets
 import shutil
 import sys
+import tempfile
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -46,6 +46,7 @@ from sqlalchemy.exc import SAWarning
 
 from . import cgroup
 from .build import generate_all, nbgrader_config
+from .exchange import remove_tree
 from .inbox import Submission, find_submissions
 from .paths import SOLUTIONS
 from .report import Result, failed, write_csv
@@ -64,7 +65,6 @@ class Limits:
 
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
-KERNEL_LOG_BYTES = 2**20  # what is kept of the kernel process's own output
 
 
 # ------------------------------------------------------------------------------ one course per batch
@@ -97,7 +97,17 @@ def _solutions_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _grading_config(run: Path, template: Path, limits: Limits, seed: int, threads: int):
+@dataclass(frozen=True)
+class Batch:
+    """What every notebook of one `course grade` run shares."""
+
+    seed: int  # the cases of every check derive from it (the same grades on a re-run)
+    scratch: str = ""  # the folder its sandboxes are made in (default: the system's temporary folder)
+    group: str = ""  # its cgroup, in which each sandbox's group is made
+    # Both go with the batch, with whatever a worker killed midway left in them.
+
+
+def _grading_config(run: Path, template: Path, limits: Limits, batch: Batch, threads: int):
     return nbgrader_config(
         run,
         template / "source",
@@ -114,7 +124,7 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             "autograde_preprocessors": [
                 "autograder.preprocessors.JudgedExecute",
                 "autograder.clean.FenceStudentMarkdown",
-                "autograder.clean.CleanOutputs",  # before grades are saved: the stored notebook is clean
+                "autograder.clean.CleanMetadata",  # before grades are saved: the stored notebook is clean
                 "nbgrader.preprocessors.IgnorePattern",
                 "nbgrader.preprocessors.LimitOutput",
                 "nbgrader.preprocessors.SaveAutoGrades",
@@ -126,7 +136,8 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             "timeout": limits.cell_timeout,
             "notebook_timeout": limits.notebook_timeout,
             "output_bytes": limits.output_bytes,
-            "batch_seed": seed,
+            "batch_seed": batch.seed,
+            "sandbox_parent": batch.scratch,
             "sandboxed": limits.sandboxed,
             "kernel_log": str(run / "kernel.log"),
             "reasons_file": str(run / "reasons.json"),
@@ -137,8 +148,12 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
             "cpu_seconds": limits.notebook_timeout * threads + 60,
             "threads": threads,
             "processes": limits.processes,
+            "batch_group": batch.group,
         },
-        Canonicalize={"release_directory": str(template / "release")},
+        Canonicalize={
+            "release_directory": str(template / "release"),
+            "failure_file": str(run / "refused.txt"),
+        },
         # Students' HTML and JavaScript outputs must not run in the instructor's browser
         # (feedback pages, formgrader): nbconvert keeps <script> unless asked to sanitise.
         HTMLExporter={"sanitize_html": True},
@@ -157,14 +172,14 @@ def _grading_config(run: Path, template: Path, limits: Limits, seed: int, thread
 # ------------------------------------------------------------------------------ one submission
 
 
-def grade_one(submission: Submission, out: Path, limits: Limits, seed: int, threads: int = 1) -> Result:
+def grade_one(submission: Submission, out: Path, limits: Limits, batch: Batch, threads: int = 1) -> Result:
     """Autograde one notebook in its own nbgrader course; never raises for a bad submission."""
     digest = _sha256(submission.path)
     saved = _saved_result(submission, out, digest)
     if saved is not None:
         return saved
     try:
-        result, log = _autograde(submission, out, limits, seed, threads)
+        result, log = _autograde(submission, out, limits, batch, threads)
     except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
         reason = f"the grader could not process this notebook ({type(error).__name__})"
         result, log = failed(submission.student, submission.notebook, reason), traceback.format_exc()
@@ -235,7 +250,7 @@ def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, str]:
 
 
 def _autograde(
-    submission: Submission, out: Path, limits: Limits, seed: int, threads: int
+    submission: Submission, out: Path, limits: Limits, batch: Batch, threads: int
 ) -> tuple[Result, str]:
     try:
         notebook, notes = read_notebook(submission.path)
@@ -251,15 +266,16 @@ def _autograde(
     nbformat.write(notebook, target)
     shutil.copy(template / "gradebook.db", run / "gradebook.db")
 
-    nbgrader = NbGraderAPI(config=_grading_config(run, template, limits, seed, threads))
+    nbgrader = NbGraderAPI(config=_grading_config(run, template, limits, batch, threads))
     with _quiet_gradebook():
         outcome = nbgrader.autograde(submission.notebook, submission.student, force=True, create=True)
     log = "\n".join(
         filter(None, [notes, outcome.get("log"), "" if outcome["success"] else outcome.get("error")])
     )
-    _truncate(run / "kernel.log", KERNEL_LOG_BYTES)
     if not outcome["success"]:
-        return failed(submission.student, submission.notebook, _reason_from_log(log)), log
+        refused = run / "refused.txt"
+        reason = refused.read_text() if refused.exists() else "nbgrader could not run this notebook"
+        return failed(submission.student, submission.notebook, reason), log
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
         graded = gradebook.find_submission(submission.notebook, submission.student)
         score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade
@@ -282,19 +298,6 @@ def _quiet_gradebook():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
         yield
-
-
-def _truncate(path: Path, size: int) -> None:
-    if path.exists() and path.stat().st_size > size:
-        os.truncate(path, size)
-
-
-def _reason_from_log(log: str) -> str:
-    # The exception's own traceback line; student text in the log is repr'd, never a line of its own.
-    match = re.search(r"^\s*autograder\.preprocessors\.NotebookFailed: (.+)$", log, re.MULTILINE)
-    if match:
-        return match.group(1).strip()
-    return "nbgrader could not run this notebook"
 
 
 def _write_failure_page(out: Path, submission: Submission, result: Result) -> None:
@@ -354,7 +357,7 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
             if old is not None and previous.get(key) == graded[key]:
                 _copy_grades(old, merged, result.notebook, result.student, BY_HAND)
     (staging / GRADED_FILES).write_text(json.dumps(graded, indent=1))
-    config = _grading_config(course, course, limits, seed, threads=1)
+    config = _grading_config(course, course, limits, Batch(seed), threads=1)
     (staging / "nbgrader_config.py").write_text(_config_file(config))
     shutil.rmtree(course, ignore_errors=True)
     staging.rename(course)
@@ -418,7 +421,12 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
     seed = int(seed_file.read_text())
     submissions, results = find_submissions(source, work)
     prepare_template(work)
-    results += _grade_all(submissions, out, limits, seed, max(1, jobs))
+    batch = Batch(seed, tempfile.mkdtemp(prefix="course-batch-"), f"course-batch-{secrets.token_hex(4)}")
+    try:
+        results += _grade_all(submissions, out, limits, batch, max(1, jobs))
+    finally:
+        cgroup.end_batch(batch.group)
+        remove_tree(Path(batch.scratch))
     results.sort(key=lambda r: (r.student, r.notebook))
     merge_course(out, results, limits, seed)
     write_csv(out / "grades.csv", results)
@@ -426,14 +434,14 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
 
 
 def _grade_all(
-    submissions: list[Submission], out: Path, limits: Limits, seed: int, jobs: int
+    submissions: list[Submission], out: Path, limits: Limits, batch: Batch, jobs: int
 ) -> list[Result]:
     """Grade in `jobs` worker processes, each with a memory cap (the judge's inputs come from
     students). A worker that dies anyway, or is still busy long after the notebook's time
     limit (it is then killed), breaks the pool: what it left unfinished is graded again one at
     a time, so that only the notebook that kills or hangs a worker fails."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    task = (out, limits, seed, threads)
+    task = (out, limits, batch, threads)
     patience = limits.notebook_timeout + WORKER_GRACE_S
     results, crashed = [], []
 

@@ -16,7 +16,9 @@ grader keeps that log per submission.
 
 import copy
 import json
+import os
 import re
+import stat
 import tempfile
 import time
 import traceback
@@ -30,9 +32,10 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets import Bool, Integer, Unicode
 
-from . import api, exchange
+from . import api, clean, exchange
 from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
 from .core import Verdict
+from .report import shown
 from .sandbox import SandboxedKernelManager, prepare_root
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
@@ -40,11 +43,20 @@ HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
 MAX_RECOVERIES = 3  # kernels a notebook may kill or hang before the rest of it is not run
 OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "update_display_data", "error"}
 MAX_ERROR_BYTES = 4000
+KERNEL_LOG_BYTES = 2**20  # what is kept of the kernel process's own output
 LOGGED_ERRORS = 2  # per cell
 
 
 class NotebookFailed(RuntimeError):
     """The notebook as a whole could not be graded; the message is the reason shown to people."""
+
+
+def refuse(failure_file: str, reason: str) -> NotebookFailed:
+    """The exception to raise for a notebook that cannot be graded, its reason saved first: the
+    grader reads it from that file, never from the log, where a student's text can be."""
+    if failure_file:
+        Path(failure_file).write_text(reason)
+    return NotebookFailed(reason)
 
 
 class JudgedExecute(Execute):
@@ -67,7 +79,12 @@ class JudgedExecute(Execute):
         config=True
     )
     sandboxed = Bool(True, help="Run the kernel under bubblewrap.").tag(config=True)
-    kernel_log = Unicode("", help="File for the kernel process's own stdout and stderr.").tag(config=True)
+    sandbox_parent = Unicode("", help="The batch's folder for sandboxes (default: the system's).").tag(
+        config=True
+    )
+    kernel_log = Unicode("", help="Where the start of the kernel process's own output is kept.").tag(
+        config=True
+    )
     reasons_file = Unicode("", help="JSON list of what cost points outside the checks.").tag(config=True)
     store_widget_state = Bool(False)  # widget state from the kernel is unbounded, and not graded
 
@@ -77,7 +94,9 @@ class JudgedExecute(Execute):
             config=self.config,
             root=str(self._root),
             sandboxed=self.sandboxed,
-            log_file=self.kernel_log,
+            # Written inside the sandbox's root, which only the grader can reach: the kernel holds
+            # that file and could make it anything (setuid root, where the sandbox maps to root).
+            log_file=str(self._root / "kernel.out"),
             log=self.log,  # what its process group stopped goes to the notebook's log
         )
         return self.km
@@ -90,14 +109,16 @@ class JudgedExecute(Execute):
         self._kept_bytes = 0
         self._reasons: list[str] = []
         self._sandbox: SandboxedKernelManager | None = None
-        self._root = Path(tempfile.mkdtemp(prefix="course-"))  # short: Unix socket paths are limited
+        # short: Unix socket paths are limited
+        self._root = Path(tempfile.mkdtemp(prefix="course-", dir=self.sandbox_parent or None))
         try:
             prepare_root(self._root)
             nb, resources = super().preprocess(nb, resources, km)
         finally:
             if self._sandbox is not None:  # nbclient lets go of self.km once the kernel is shut down
                 self._sandbox.end_process_group()  # nothing of the kernel runs on while its folders go
-            exchange.remove_tree(self._root)
+            self._keep_kernel_log()
+            self._remove_root()
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
             calls = check_calls(nb.cells[index].source)
@@ -109,11 +130,31 @@ class JudgedExecute(Execute):
             Path(self.reasons_file).write_text(json.dumps(self._reasons))
         return nb, resources
 
+    def _keep_kernel_log(self) -> None:
+        """The start of what the kernel process printed, copied as data into a new file of the
+        grader's (ordinary mode) beside the run."""
+        if not self.kernel_log:
+            return
+        try:
+            fd = os.open(self._root / "kernel.out", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return
+        with os.fdopen(fd, "rb") as printed:
+            start = printed.read(KERNEL_LOG_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        Path(self.kernel_log).write_bytes(start)
+
+    def _remove_root(self) -> None:
+        """Remove the sandbox's folders; a failure is logged, never the notebook's: it was graded."""
+        try:
+            exchange.remove_tree(self._root)
+        except OSError as error:
+            self.log.warning("[course] the sandbox's folder %s could not be removed: %s", self._root, error)
+
     def preprocess_cell(self, cell, resources, index):
         if self._stopped or cell.cell_type != "code":
             return cell, resources
         if time.monotonic() >= self._deadline:
-            self._stopped = f"the notebook ran past its total time limit of {self.notebook_timeout} s"
+            self._stopped = self._past_deadline()
             return cell, resources
         calls = self._prepare_checks(cell)
         crash = None
@@ -132,6 +173,8 @@ class JudgedExecute(Execute):
             self._recover(index, f"cell {_label(cell, index)}: {crash}")
         finally:
             cell.source = source
+        for kind in clean.clean_cell(cell):
+            self.log.warning("[course] cell %s: an output of type %r was dropped", _label(cell, index), kind)
         self._report_errors(cell, index)
         if calls is not None:
             self._judge(cell, index, calls, crash)
@@ -150,6 +193,8 @@ class JudgedExecute(Execute):
         run_sync(self.km.restart_kernel)(now=True)
         run_sync(self.kc.wait_for_ready)(timeout=60)
         for earlier, cell in enumerate(self.nb.cells[:index]):
+            if time.monotonic() >= self._deadline:  # replays count towards the notebook's limit too
+                self._stopped = self._stopped or self._past_deadline()
             if self._stopped or cell.cell_type != "code" or earlier in self._broken or is_test_cell(cell):
                 continue
             try:
@@ -158,6 +203,9 @@ class JudgedExecute(Execute):
                 self._recover(earlier, f"cell {_label(cell, earlier)} broke the kernel when re-run")
             finally:
                 self.nb.cells[earlier] = cell  # the replay's outputs are not the cell's
+
+    def _past_deadline(self) -> str:
+        return f"the notebook ran past its total time limit of {self.notebook_timeout} s"
 
     def _note(self, reason: str) -> None:
         """Something that cost points outside the checks: logged, and kept for grades.csv."""
@@ -175,15 +223,17 @@ class JudgedExecute(Execute):
         Past the cap, only a test cell's first error is kept (cut short): the verdict cites it
         when the cell sent no results. Any other error scores nothing, so it is dropped too."""
         kind, content = msg["msg_type"], msg["content"]
+        if kind.startswith("comm"):  # widgets are not graded, and their state is unbounded
+            return None
         if kind in OUTPUT_MESSAGES:
             # A display update rewrites every output that has its display id: count each copy.
             display_id = (content.get("transient") or {}).get("display_id")
             copies = sum(map(len, self._display_id_map.get(display_id, {}).values())) if display_id else 0
             size = len(str(content)) * (1 + copies)
             if kind == "error" and size > MAX_ERROR_BYTES:  # the error's name and message, not its bulk
-                msg = {**msg, "content": {**content, "evalue": str(content.get("evalue"))[:MAX_ERROR_BYTES]}}
-                msg["content"]["traceback"] = []
-                size = MAX_ERROR_BYTES
+                ename, evalue = str(content.get("ename"))[:200], str(content.get("evalue"))[:MAX_ERROR_BYTES]
+                msg = {**msg, "content": {**content, "ename": ename, "evalue": evalue, "traceback": []}}
+                size = len(ename) + len(evalue)
             cited = (
                 kind == "error"
                 and is_test_cell(cell)
@@ -202,6 +252,12 @@ class JudgedExecute(Execute):
                     )
                 return None
             self._kept_bytes += size
+            try:  # nbformat validates each output it builds from a message the kernel wrote
+                return super().process_message(msg, cell, cell_index)
+            except Exception as error:  # e.g. a string as execution_count: the output goes, not the notebook
+                what = f"a malformed {kind} output was dropped ({type(error).__name__})"
+                self.log.warning("[course] cell %d: %s", cell_index, what)
+                return None
         return super().process_message(msg, cell, cell_index)
 
     # ---------------------------------------------------------------- the judge's side
@@ -270,7 +326,7 @@ class JudgedExecute(Execute):
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         label = _label(cell, index)
         for error in errors[:LOGGED_ERRORS]:  # an interrupt, then the time-out, say; a kernel can send many
-            self.log.warning("[course] cell %s raised %s: %.200r", label, error.ename, error.evalue)
+            self.log.warning("[course] cell %s raised %s: %.200r", label, shown(error.ename), error.evalue)
         if len(errors) > LOGGED_ERRORS:
             self.log.warning("[course] cell %s raised %d more errors", label, len(errors) - LOGGED_ERRORS)
 
@@ -335,6 +391,9 @@ class Canonicalize(Preprocessor):
     """
 
     release_directory = Unicode("", help="Folder holding <assignment>/<notebook>.ipynb as released.").tag(
+        config=True
+    )
+    failure_file = Unicode("", help="Where the reason is written when the notebook is refused.").tag(
         config=True
     )
 
@@ -402,10 +461,14 @@ class Canonicalize(Preprocessor):
             if other.name != assignment and any(
                 ids & _answer_ids(nbformat.read(f, as_version=4)) for f in other.glob("*.ipynb")
             ):
-                raise NotebookFailed(f"this file holds the notebook of {other.name}, not {assignment}")
+                raise refuse(
+                    self.failure_file, f"this file holds the notebook of {other.name}, not {assignment}"
+                )
         if not ids & {grade_id(c) for c in released.cells}:
-            raise NotebookFailed(
-                f"none of the cells of {assignment} are in this file: was it made from the released notebook?"
+            raise refuse(
+                self.failure_file,
+                f"none of the cells of {assignment} are in this file: was it made from the released "
+                "notebook?",
             )
 
 

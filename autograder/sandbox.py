@@ -170,6 +170,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     process_group = Bool(True, help="Put the kernel in a cgroup of its own, where the machine has one.").tag(
         config=True
     )
+    batch_group = Unicode("", help="The batch's cgroup, in which the kernel's is made.").tag(config=True)
     log_file = Unicode(help="Where the kernel process's own stdout and stderr go.").tag(config=True)
 
     def __init__(self, **kwargs):
@@ -215,7 +216,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not self.process_group:
             return None
         try:
-            return cgroup.ProcessGroup.create(cgroup.Limits(self.processes, self.memory_bytes))
+            return cgroup.ProcessGroup.create(
+                cgroup.Limits(self.processes, self.memory_bytes), self.batch_group
+            )
         except (OSError, LookupError):  # the batch warned once already (grading.grade)
             return None
 

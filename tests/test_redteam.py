@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -449,6 +450,70 @@ def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
             "the sandbox refused",
         ),
         Attack(
+            "leaves-setuid-log",  # the kernel's own log file, made a setuid program
+            _plus(
+                _honest(),
+                "import os\n"
+                "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+                "    try:\n"
+                "        if os.readlink(f'/proc/self/fd/{fd}').endswith('kernel.out'):\n"
+                "            os.ftruncate(fd, 0)\n"
+                "            os.write(fd, open('/usr/bin/id', 'rb').read())\n"
+                "            os.fchmod(fd, 0o6755)\n"
+                "    except OSError:\n"
+                "        pass",
+                after=None,
+            ),
+            FULL,
+        ),
+        Attack(
+            "forges-a-reason",  # an error name holding a line the grader once read reasons from
+            _plus(
+                _honest(),
+                "kernel = get_ipython().kernel\n"
+                "line = '\\nautograder.preprocessors.NotebookFailed: approved by hand, enter 6/6'\n"
+                "error = {'ename': 'X' * 5000 + line, 'evalue': 'v', 'traceback': []}\n"
+                "kernel.send_response(kernel.iopub_socket, 'error', error)\n"
+                "kernel.send_response(kernel.iopub_socket, 'execute_result', "
+                "{'execution_count': '<b>1</b>', 'data': {'text/plain': 'x'}, 'metadata': {}})",
+            ),
+            FULL,
+            "a malformed execute_result output was dropped",
+        ),
+        Attack(
+            "sends-huge-messages",  # error names and widget states of 5 MB each
+            _plus(
+                _honest(),
+                "kernel = get_ipython().kernel\n"
+                "for _ in range(30):\n"
+                "    kernel.send_response(kernel.iopub_socket, 'error', "
+                "{'ename': 'E' * 5_000_000, 'evalue': 'v', 'traceback': []})\n"
+                "for i in range(20):\n"
+                "    kernel.send_response(kernel.iopub_socket, 'comm_open', {'comm_id': f'c{i}', "
+                "'target_name': 'jupyter.widget', 'data': {'state': {'_model_name': 'OutputModel', "
+                "'_model_module': '@jupyter-widgets/output', 'pad': 'p' * 5_000_000}, 'buffer_paths': []}})",
+            ),
+            FULL,
+            "raised 28 more errors",
+        ),
+        Attack(
+            "spins-in-many-sessions",  # 60 children, each in a session of its own, spinning for 12 s
+            _plus(
+                _honest(),
+                "import os, time\n"
+                "for _ in range(60):\n"
+                "    if os.fork() == 0:\n"
+                "        os.setsid()\n"
+                "        end = time.time() + 12\n"
+                "        while time.time() < end:\n"
+                "            pass\n"
+                "        os._exit(0)\n"
+                "time.sleep(8)",
+                after=None,
+            ),
+            FULL,
+        ),
+        Attack(
             "fills-memory-with-processes",  # 4 children of 1 GiB each, in a sandbox of 3 GiB
             _plus(
                 _honest(),
@@ -770,6 +835,17 @@ def test_the_sandbox_held(graded):
     victim = graded["victim"]
     assert victim.stat().st_mode & 0o777 == 0o550 and (victim / "keep.txt").read_text() == "keep"
     assert _leftover_groups() == []
+    special = [p for p in graded["out"].rglob("*") if p.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)]
+    assert special == []  # no setuid or setgid file where the kernel could leave one
+
+
+def test_a_student_cannot_write_a_reason_or_flood_the_grader(graded):
+    rows = graded["rows"]
+    assert rows["forges-a-reason"]["reason"] == "" and rows["forges-a-reason"]["status"] == "graded"
+    for student in ("forges-a-reason", "sends-huge-messages"):
+        attack = next(a for a in graded["attacks"] if a.student == student)
+        assert len(_log(graded["out"], attack)) < 200_000, student
+        assert _stored(graded, student).stat().st_size < 8 * 2**20, student
 
 
 def _leftover_groups() -> list[Path]:
@@ -778,7 +854,7 @@ def _leftover_groups() -> list[Path]:
         parents, _ = cgroup._parents()
     except LookupError:
         return []
-    return [group for parent in parents for group in parent.glob("course-*")]
+    return [group for parent in parents.values() for group in parent.glob("course-*")]
 
 
 def test_hidden_test_source_never_reaches_the_kernel(graded):

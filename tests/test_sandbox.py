@@ -1,6 +1,7 @@
 """The sandbox's bounds, one by one: where a kernel can write, how many processes and how much
 memory it can hold, and what of its outputs may reach an instructor's page."""
 
+import os
 import subprocess
 import sys
 import time
@@ -9,7 +10,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output, new_raw_cell
 
 from autograder import cgroup
-from autograder.clean import CleanOutputs, FenceStudentMarkdown, clean_output
+from autograder.clean import CleanMetadata, FenceStudentMarkdown, clean_cell, clean_output
 from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root
 
 from .machine import needs_sandbox
@@ -59,7 +60,55 @@ def test_a_process_group_stops_forks_and_memory_at_its_own_limits():
     finally:
         group.kill_all()
         group.remove()
-    assert not any(folder.exists() for folder in group.folders)
+    assert not any(folder.exists() for folder in group.folders.values())
+
+
+@needs_groups
+def test_a_sandbox_of_many_sessions_gets_no_more_processor_than_one_of_a_single_process():
+    """Eight spinning processes, each in a session of its own, in one group; one in another. The
+    scheduler gives each session an equal share (autogroups), so without groups the single one
+    would get 2/9 of this 2-core machine's time; with them each group gets the same share."""
+    crowd = cgroup.ProcessGroup.create(cgroup.Limits(processes=64, memory_bytes=2**30))
+    alone = cgroup.ProcessGroup.create(cgroup.Limits(processes=64, memory_bytes=2**30))
+    spinners = []
+    try:
+        if cgroup.SHARES not in crowd.folders:
+            pytest.skip("this machine's cgroups have no cpu controller")
+        spin = [sys.executable, "-c", SPIN.format(4)]
+        spinners = [subprocess.Popen(spin, preexec_fn=crowd.join) for _ in range(8)]
+        single = subprocess.Popen(
+            [sys.executable, "-c", SPIN.format(3)], preexec_fn=alone.join, stdout=subprocess.PIPE, text=True
+        )
+        used = float(single.communicate(timeout=30)[0])
+        assert used > 1.2, f"the single process had {used:.2f} s of processor time in 3 s"
+    finally:
+        for group in (crowd, alone):
+            group.kill_all()
+            group.remove()
+        for process in spinners:
+            process.wait()
+
+
+SPIN = """
+import os, time
+os.setsid()
+end = time.time() + {}
+while time.time() < end:
+    pass
+print(time.process_time())
+"""
+
+
+@needs_groups
+def test_a_batch_removes_the_groups_a_killed_worker_left_with_their_processes():
+    """A worker killed midway never ends its sandbox: the batch that made the group does."""
+    batch = f"course-batch-test{os.getpid()}"
+    groups = [cgroup.ProcessGroup.create(cgroup.Limits(16, 2**28), batch) for _ in range(2)]
+    sleepers = [subprocess.Popen(["sleep", "60"], preexec_fn=g.join, start_new_session=True) for g in groups]
+    cgroup.end_batch(batch)
+    assert [s.wait(timeout=10) for s in sleepers] == [-9, -9]
+    assert not any(folder.exists() for g in groups for folder in g.folders.values())
+    assert not any(folder.parent.exists() for g in groups for folder in g.folders.values())
 
 
 FORKS = """
@@ -109,10 +158,32 @@ def test_student_cells_keep_nothing_but_nbgrader_metadata_and_raw_cells_become_t
         cells=[
             new_raw_cell("<script>x</script>", metadata={"raw_mimetype": "text/html"}),
             new_code_cell("1", metadata={"tags": ['x" onclick="y'], "nbgrader": {"grade_id": "a"}}),
-        ]
+        ],
+        metadata={
+            "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}},
+            "title": "</title><script>x</script>",
+            "language_info": {"name": "python", "pygments_lexer": "evil"},
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "env": {"X": "1"}},
+        },
     )
     nb, _ = FenceStudentMarkdown().preprocess(nb, {})
-    nb, _ = CleanOutputs().preprocess(nb, {})
+    nb, _ = CleanMetadata().preprocess(nb, {})
     assert [c.cell_type for c in nb.cells] == ["markdown", "code"]
     assert nb.cells[0].source.startswith("```text\n<script>") and nb.cells[0].metadata == {}
     assert nb.cells[1].metadata == {"nbgrader": {"grade_id": "a"}}
+    assert nb.metadata == {
+        "language_info": {"name": "python"},
+        "kernelspec": {"name": "python3", "display_name": "Python 3"},
+    }
+
+
+def test_a_cell_keeps_only_valid_outputs_and_a_numeric_execution_count():
+    cell = new_code_cell("1")
+    cell.execution_count = "<b>1</b>"
+    cell.outputs = [
+        {"output_type": "stream", "name": "stdout", "text": "ok"},
+        {"output_type": "widget", "data": {}},
+        {"output_type": "error", "ename": "E" * 10**6, "evalue": "v", "traceback": []},
+    ]
+    assert clean_cell(cell) == ["widget"]
+    assert cell.execution_count is None and len(cell.outputs) == 2 and len(cell.outputs[1].ename) == 200
