@@ -26,7 +26,7 @@ ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs s
 MAX_RESULT_BYTES = 256 * 2**20
 MAX_ERROR_CHARS = 2000
 # Bounds on what one results file may hold, checked before anything is materialised. The
-# largest the checks send: 82k elements in one case (02.pe_figure), 7 outputs per case, a
+# largest the checks send: 82k elements in one case (02.pe_figure), 14 outputs (00.spirals), a
 # pickle of a few kB.
 MAX_CASE_ELEMENTS = 2**21
 MAX_FILE_ELEMENTS = 2**22
