@@ -58,14 +58,21 @@ class CleanMetadata(Preprocessor):
     def preprocess(self, nb, resources):
         for cell in nb.cells:
             cell.metadata = {k: cell.metadata[k] for k in CELL_KEYS if k in cell.metadata}
-        kernelspec = nb.metadata.get("kernelspec")
-        nb.metadata = {"language_info": {"name": "python"}}
-        if isinstance(kernelspec, dict):  # OverwriteKernelspec put the release's back
-            nb.metadata["kernelspec"] = {k: str(v) for k, v in kernelspec.items() if k in KERNELSPEC_KEYS}
+        nb.metadata = notebook_metadata(nb.metadata)
         return nb, resources
 
 
 KERNELSPEC_KEYS = ("name", "display_name", "language")
+
+
+def notebook_metadata(metadata) -> dict:
+    """A notebook's metadata as it may be stored: its kernel and language, nothing else (no
+    widget state, which a renderer would hand to a widget manager, no title)."""
+    kernelspec = metadata.get("kernelspec")
+    clean = {"language_info": {"name": "python"}}
+    if isinstance(kernelspec, dict):
+        clean["kernelspec"] = {k: str(v) for k, v in kernelspec.items() if k in KERNELSPEC_KEYS}
+    return clean
 
 
 def clean_cell(cell) -> list[str]:

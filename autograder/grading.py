@@ -46,6 +46,7 @@ from sqlalchemy.exc import SAWarning
 
 from . import cgroup
 from .build import generate_all, nbgrader_config
+from .clean import notebook_metadata
 from .exchange import remove_tree
 from .inbox import Submission, find_submissions
 from .paths import SOLUTIONS
@@ -243,6 +244,7 @@ def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, str]:
     if "colab" in original.get("metadata", {}):
         notes.append("[course] saved by Google Colab")
     notebook = nbformat.convert(original, 4)
+    notebook.metadata = notebook_metadata(notebook.metadata)  # what OUT/course/submitted keeps
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs = []
