@@ -44,10 +44,8 @@ class ProcessGroup:
         """A new group under the grader's own (in its batch's group, if named), with the limits;
         raises OSError where none can be made."""
         parents, version = _parents()
-        if batch:
-            parents = {
-                controller: _batch_folder(parent, batch, version) for controller, parent in parents.items()
-            }
+        if batch:  # made by start_batch, before any worker started
+            parents = {controller: parent / batch for controller, parent in parents.items()}
         name = f"course-{secrets.token_hex(6)}"
         group = cls({controller: parent / name for controller, parent in parents.items()}, version)
         try:
@@ -125,13 +123,29 @@ class ProcessGroup:
                 pass
 
 
-def end_batch(batch: str) -> None:
-    """Kill and remove every group of a batch, and the batch's own: what a grading worker killed
-    midway (it never ended its sandbox) left behind."""
+def start_batch(batch: str) -> bool:
+    """Make the batch's group, in which each sandbox's is made: once, before any worker starts
+    (in v2 it must hand its controllers on before a child exists). False where none can be made."""
+    try:
+        parents, version = _parents()
+        for parent in parents.values():
+            (parent / batch).mkdir(exist_ok=True)
+            if version == 2:
+                enabled = (parent / "cgroup.subtree_control").read_text().split()
+                handed_on = " ".join(f"+{c}" for c in (*CONTROLLERS, SHARES) if c in enabled)
+                (parent / batch / "cgroup.subtree_control").write_text(handed_on)
+    except (OSError, LookupError):
+        return False
+    return True
+
+
+def end_batch(batch: str) -> int:
+    """Kill and remove every group left in the batch's, then the batch's own; returns how many
+    sandboxes' groups were left there (a worker killed midway never ends its sandbox)."""
     try:
         parents, version = _parents()
     except (OSError, LookupError):
-        return
+        return 0
     folders = {controller: parent / batch for controller, parent in parents.items()}
     names = {
         child.name
@@ -145,21 +159,7 @@ def end_batch(batch: str) -> None:
         group.kill_all()
         group.remove()
     ProcessGroup(folders, version).remove()
-
-
-def _batch_folder(parent: Path, batch: str, version: int) -> Path:
-    """The batch's group under the grader's, made on first use; in v2 it hands its controllers on."""
-    folder = parent / batch
-    try:
-        folder.mkdir()
-    except FileExistsError:
-        return folder
-    if version == 2:
-        controllers = [
-            c for c in (*CONTROLLERS, SHARES) if c in (parent / "cgroup.subtree_control").read_text().split()
-        ]
-        (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in controllers))
-    return folder
+    return len(names)
 
 
 def unavailable_reason() -> str | None:

@@ -31,7 +31,7 @@ OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 MAX_IMAGE_SIDE = 10_000  # pixels: a width or height beyond is not one a page needs
 MAX_ERROR_CHARS = 4000  # of an error's name, message and each traceback line
-CELL_KEYS = ("nbgrader", "deletable", "editable")  # what nbgrader and JupyterLab read; all plain values
+LOCKS = ("deletable", "editable")  # JupyterLab's, kept when they are booleans
 MAX_ENAME_CHARS = 200
 
 
@@ -57,7 +57,10 @@ class CleanMetadata(Preprocessor):
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:
-            cell.metadata = {k: cell.metadata[k] for k in CELL_KEYS if k in cell.metadata}
+            kept = {k: v for k, v in cell.metadata.items() if k in LOCKS and type(v) is bool}
+            if isinstance(cell.metadata.get("nbgrader"), dict):  # restored from the release for tracked cells
+                kept["nbgrader"] = cell.metadata["nbgrader"]
+            cell.metadata = kept
         nb.metadata = notebook_metadata(nb.metadata)
         return nb, resources
 

@@ -66,7 +66,13 @@ def prepare(exchange: Path) -> None:
     """
     for sub in ("cases", "results"):
         (exchange / sub).mkdir(parents=True, exist_ok=True)
-    top = os.open(exchange / "results", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    parent = os.open(exchange, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        top = _open_folder(parent, "results")  # a mount point the kernel owns: it may have made it 000
+    finally:
+        os.close(parent)
+    if top is None:
+        raise OSError(f"{exchange / 'results'} is not a folder")
     try:
         for name in os.listdir(top):
             try:

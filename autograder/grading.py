@@ -12,7 +12,7 @@ Layout of OUT:
     work/runs/<student>/<nb>/        one nbgrader course per submission, so submissions run in parallel
     work/results/<student>/<nb>.json the outcome of each submission and the hash of the file graded:
                                      present and same hash = done (resume, idempotence)
-    work/runs/<student>/<nb>/kernel.log  what the sandboxed kernel process itself printed
+    work/runs/<student>/<nb>/kernel.log  the first MiB of what the sandboxed kernel process printed
     work/case_seed                   the batch's seed for all cases (same grades on a re-run)
 
 Each submission is graded in its own process and its own copy of the gradebook, so one
@@ -423,16 +423,29 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
     seed = int(seed_file.read_text())
     submissions, results = find_submissions(source, work)
     prepare_template(work)
-    batch = Batch(seed, tempfile.mkdtemp(prefix="course-batch-"), f"course-batch-{secrets.token_hex(4)}")
+    group = f"course-batch-{secrets.token_hex(4)}"
+    batch = Batch(seed, tempfile.mkdtemp(prefix="course-"), group if cgroup.start_batch(group) else "")
     try:
         results += _grade_all(submissions, out, limits, batch, max(1, jobs))
     finally:
-        cgroup.end_batch(batch.group)
-        remove_tree(Path(batch.scratch))
+        _end_batch(batch)
     results.sort(key=lambda r: (r.student, r.notebook))
     merge_course(out, results, limits, seed)
     write_csv(out / "grades.csv", results)
     return results
+
+
+def _end_batch(batch: Batch) -> None:
+    """Remove the batch's process groups and sandboxes' folder, and what workers killed midway
+    left in them; a failure here is reported, and costs no grade."""
+    try:
+        if left := cgroup.end_batch(batch.group) if batch.group else 0:
+            print(
+                f"note: {left} sandboxes were left by grading workers killed midway: removed", file=sys.stderr
+            )
+        remove_tree(Path(batch.scratch))
+    except OSError as error:
+        print(f"warning: the batch's sandboxes could not all be removed: {error}", file=sys.stderr)
 
 
 def _grade_all(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_core.utils import run_sync
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
@@ -42,7 +42,6 @@ HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.D
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"
 MAX_RECOVERIES = 3  # kernels a notebook may kill or hang before the rest of it is not run
 OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "update_display_data", "error"}
-MAX_ERROR_BYTES = 4000
 KERNEL_LOG_BYTES = 2**20  # what is kept of the kernel process's own output
 LOGGED_ERRORS = 2  # per cell
 
@@ -110,7 +109,7 @@ class JudgedExecute(Execute):
         self._reasons: list[str] = []
         self._sandbox: SandboxedKernelManager | None = None
         # short: Unix socket paths are limited
-        self._root = Path(tempfile.mkdtemp(prefix="course-", dir=self.sandbox_parent or None))
+        self._root = Path(tempfile.mkdtemp(prefix="k-", dir=self.sandbox_parent or None))
         try:
             prepare_root(self._root)
             nb, resources = super().preprocess(nb, resources, km)
@@ -119,6 +118,9 @@ class JudgedExecute(Execute):
                 self._sandbox.end_process_group()  # nothing of the kernel runs on while its folders go
             self._keep_kernel_log()
             self._remove_root()
+        for index, cell in enumerate(nb.cells):  # a display update from a later cell rewrites earlier outputs
+            if cell.cell_type == "code" and not is_test_cell(cell):
+                self._clean(cell, index)
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
             calls = check_calls(nb.cells[index].source)
@@ -130,6 +132,10 @@ class JudgedExecute(Execute):
             Path(self.reasons_file).write_text(json.dumps(self._reasons))
         return nb, resources
 
+    def _clean(self, cell, index: int) -> None:
+        for kind in clean.clean_cell(cell):
+            self.log.warning("[course] cell %s: an output of type %r was dropped", _label(cell, index), kind)
+
     def _keep_kernel_log(self) -> None:
         """The start of what the kernel process printed, copied as data into a new file of the
         grader's (ordinary mode) beside the run."""
@@ -137,10 +143,10 @@ class JudgedExecute(Execute):
             return
         try:
             fd = os.open(self._root / "kernel.out", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return
-        with os.fdopen(fd, "rb") as printed:
-            start = printed.read(KERNEL_LOG_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+            with os.fdopen(fd, "rb") as printed:
+                start = printed.read(KERNEL_LOG_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        except OSError as error:  # the kernel holds that file: it may have made it unreadable
+            start = f"[the kernel's own output could not be read: {error.strerror}]\n".encode()
         Path(self.kernel_log).write_bytes(start)
 
     def _remove_root(self) -> None:
@@ -173,8 +179,7 @@ class JudgedExecute(Execute):
             self._recover(index, f"cell {_label(cell, index)}: {crash}")
         finally:
             cell.source = source
-        for kind in clean.clean_cell(cell):
-            self.log.warning("[course] cell %s: an output of type %r was dropped", _label(cell, index), kind)
+        self._clean(cell, index)
         self._report_errors(cell, index)
         if calls is not None:
             self._judge(cell, index, calls, crash)
@@ -218,47 +223,52 @@ class JudgedExecute(Execute):
         return min(per_cell or remaining, remaining)
 
     def process_message(self, msg, cell, cell_index):
-        """Keep at most `output_bytes` of output per notebook, of every kind, display updates included.
-
-        Past the cap, only a test cell's first error is kept (cut short): the verdict cites it
-        when the cell sent no results. Any other error scores nothing, so it is dropped too."""
-        kind, content = msg["msg_type"], msg["content"]
+        """Every message the kernel sends on a cell: widget messages dropped, outputs bounded, and
+        a message nbclient or nbformat cannot take (a string as execution_count, a status without
+        a state) dropped with a line in the log, instead of failing the notebook."""
+        kind = msg["msg_type"]
         if kind.startswith("comm"):  # widgets are not graded, and their state is unbounded
             return None
-        if kind in OUTPUT_MESSAGES:
-            # A display update rewrites every output that has its display id: count each copy.
-            display_id = (content.get("transient") or {}).get("display_id")
-            copies = sum(map(len, self._display_id_map.get(display_id, {}).values())) if display_id else 0
-            size = len(str(content)) * (1 + copies)
-            if kind == "error" and size > MAX_ERROR_BYTES:  # the error's name and message, not its bulk
-                ename, evalue = str(content.get("ename"))[:200], str(content.get("evalue"))[:MAX_ERROR_BYTES]
-                msg = {**msg, "content": {**content, "ename": ename, "evalue": evalue, "traceback": []}}
-                size = len(ename) + len(evalue)
-            cited = (
-                kind == "error"
-                and is_test_cell(cell)
-                and not any(o.output_type == "error" for o in cell.outputs)
-            )
-            if self._kept_bytes + size > self.output_bytes and not cited:
-                if self._kept_bytes <= self.output_bytes:
-                    self._kept_bytes = self.output_bytes + 1
-                    self.log.warning(
-                        "[course] output beyond %d bytes dropped (cell %d)", self.output_bytes, cell_index
-                    )
-                    cell.outputs.append(
-                        new_output(
-                            "stream", name="stdout", text=f"[output truncated at {self.output_bytes} bytes]\n"
-                        )
-                    )
-                return None
-            self._kept_bytes += size
-            try:  # nbformat validates each output it builds from a message the kernel wrote
-                return super().process_message(msg, cell, cell_index)
-            except Exception as error:  # e.g. a string as execution_count: the output goes, not the notebook
-                what = f"a malformed {kind} output was dropped ({type(error).__name__})"
-                self.log.warning("[course] cell %d: %s", cell_index, what)
-                return None
-        return super().process_message(msg, cell, cell_index)
+        if kind in OUTPUT_MESSAGES and (msg := self._bounded(msg, cell, cell_index)) is None:
+            return None
+        try:
+            return super().process_message(msg, cell, cell_index)
+        except CellExecutionComplete:  # how nbclient learns that the cell is done
+            raise
+        except Exception as error:
+            what = f"a malformed {kind} message was dropped ({type(error).__name__})"
+            self.log.warning("[course] cell %d: %s", cell_index, what)
+            return None
+
+    def _bounded(self, msg, cell, cell_index):
+        """The output message within the notebook's `output_bytes`, or None once they are spent.
+
+        Every kind counts, display updates once per output they rewrite. An error keeps its
+        name and message, cut short, without its traceback. Past the cap only a test cell's first
+        error is kept: the verdict cites it when the cell sent no results."""
+        kind, content = msg["msg_type"], msg["content"]
+        display_id = (content.get("transient") or {}).get("display_id")
+        copies = sum(map(len, self._display_id_map.get(display_id, {}).values())) if display_id else 0
+        size = len(str(content)) * (1 + copies)
+        if kind == "error" and size > clean.MAX_ERROR_CHARS:
+            ename = str(content.get("ename"))[: clean.MAX_ENAME_CHARS]
+            evalue = str(content.get("evalue"))[: clean.MAX_ERROR_CHARS]
+            msg = {**msg, "content": {**content, "ename": ename, "evalue": evalue, "traceback": []}}
+            size = len(ename) + len(evalue)
+        cited = (
+            kind == "error" and is_test_cell(cell) and not any(o.output_type == "error" for o in cell.outputs)
+        )
+        if self._kept_bytes + size > self.output_bytes and not cited:
+            if self._kept_bytes <= self.output_bytes:
+                self._kept_bytes = self.output_bytes + 1
+                self.log.warning(
+                    "[course] output beyond %d bytes dropped (cell %d)", self.output_bytes, cell_index
+                )
+                truncated = f"[output truncated at {self.output_bytes} bytes]\n"
+                cell.outputs.append(new_output("stream", name="stdout", text=truncated))
+            return None
+        self._kept_bytes += size
+        return msg
 
     # ---------------------------------------------------------------- the judge's side
 
@@ -287,6 +297,8 @@ class JudgedExecute(Execute):
                     str(output.get("text") or output.get("data", "")),
                 )
         cell.outputs = _outputs([self._verdict(label, n, h, cases, error, crash) for n, h, cases in calls])
+        for cells in self._display_id_map.values():  # a later display update must not touch the verdicts
+            cells.pop(index, None)
         self._judged.add(index)
 
     def _verdict(self, label: str, name: str, hidden: bool, cases: list, error, crash: str | None) -> Verdict:

@@ -68,7 +68,7 @@ def _escape(char: str) -> str:
     return repr(char)[1:-1]
 
 
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's list; tab and CR are escaped by `shown`
+FORMULA_STARTS = ("=", "+", "-", "@")  # OWASP's list, less tab and CR: `shown` has escaped those
 
 
 def _cell(text: str) -> str:

@@ -6,7 +6,9 @@ expected outputs), and the folders of its root (LAYOUT: its home, the kernel's s
 the exchange with the grader), each writable or not as marked. It does not see solutions/,
 the gradebook, the output folder, other submissions or the instructor's home. It has no
 network, its own process tree (everything in it dies with the kernel), a private /tmp, and
-rlimits on memory (address space), CPU time and file size.
+rlimits on memory (address space), CPU time and file size; where the machine has cgroups, a
+process group of its own caps its processes and memory as a whole and gives it an equal share
+of the processor (autograder/cgroup.py).
 
 What it costs and how much memory the notebooks need: README, "How grading resists cheating" and
 "Measured".
@@ -167,10 +169,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     processes = Integer(256, help="Processes and threads the kernel and its children may hold.").tag(
         config=True
     )
-    process_group = Bool(True, help="Put the kernel in a cgroup of its own, where the machine has one.").tag(
+    batch_group = Unicode("", help="The batch's cgroup, where the kernel gets its own (none: no group).").tag(
         config=True
     )
-    batch_group = Unicode("", help="The batch's cgroup, in which the kernel's is made.").tag(config=True)
     log_file = Unicode(help="Where the kernel process's own stdout and stderr go.").tag(config=True)
 
     def __init__(self, **kwargs):
@@ -213,13 +214,14 @@ class SandboxedKernelManager(AsyncKernelManager):
             log.close()
 
     def _new_process_group(self) -> cgroup.ProcessGroup | None:
-        if not self.process_group:
+        if not self.batch_group:  # none on this machine (the batch warned once), or not a batch's kernel
             return None
         try:
             return cgroup.ProcessGroup.create(
                 cgroup.Limits(self.processes, self.memory_bytes), self.batch_group
             )
-        except (OSError, LookupError):  # the batch warned once already (grading.grade)
+        except (OSError, LookupError) as error:
+            self.log.warning("[course] this sandbox has no process group of its own (%s)", error)
             return None
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
@@ -241,7 +243,10 @@ class SandboxedKernelManager(AsyncKernelManager):
             self.log.warning("[course] some processes of the sandbox outlived being killed")
         for event in group.events():
             self.log.warning("[course] %s", event)
-        group.remove()
+        try:
+            group.remove()
+        except OSError as error:  # the batch tries again at its end
+            self.log.warning("[course] the sandbox's process group could not be removed yet: %s", error)
 
 
 def _enter(group: cgroup.ProcessGroup | None, limits) -> None:

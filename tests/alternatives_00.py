@@ -176,7 +176,8 @@ def train_criterion(model, x, y, steps, lr):
 
 
 class MLPAttributes(nn.Module):
-    """One attribute per layer, the output layer registered first (its parameters come first)."""
+    """One attribute per layer, registered from the output layer back to the first: the hidden
+    biases come before the first layer's, all of one shape."""
 
     def __init__(self, width, depth, activation="relu"):
         super().__init__()
@@ -185,7 +186,7 @@ class MLPAttributes(nn.Module):
         self.activation = {"relu": torch.relu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}[
             activation
         ]
-        for i in range(depth):
+        for i in reversed(range(depth)):
             setattr(self, f"hidden{i}", nn.Linear(2 if i == 0 else width, width))
 
     def forward(self, x):

@@ -535,8 +535,15 @@ def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
         Attack(
             "injects-output-metadata",  # the classic template writes an image's width unquoted
             _plus(
-                _with_raw(_honest(), "<script>window.PWNED = 9</script>"),
-                "from IPython.display import display\n"
+                _plus(
+                    _with_raw(_honest(), "<script>window.PWNED = 9</script>"),
+                    "from IPython.display import display\ndisplay('plain', display_id='later')",
+                    after="imports",
+                ),
+                "from IPython.display import display, update_display\n"
+                "update_display({'text/html': '<img src=x onerror=\"window.PWNED=10\">', 'image/png': "
+                f"{PNG!r}}}, raw=True, metadata={{'image/png': {{'width': '1 onload=window.PWNED=11'}}}}, "
+                "display_id='later')  # rewrites the earlier cell's output, already cleaned\n"
                 f"png = {PNG!r}\n"
                 "display({'image/png': png, 'text/plain': 'dot'}, raw=True, "
                 "metadata={'image/png': {'width': '1 onload=window.PWNED=4', 'height': 1}})\n"
@@ -714,6 +721,7 @@ def graded(tmp_path_factory):
     finally:
         listener.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "left by grading workers" not in done.stderr  # each sandbox removed its own group and folder
     with (out / "grades.csv").open() as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {
@@ -876,7 +884,7 @@ def test_stored_notebooks_hold_only_outputs_that_render_safely(graded):
     assert not [c for c in cells if c.cell_type == "raw"]
     outputs = [o for c in cells for o in c.get("outputs", [])]
     images = [o for o in outputs if PNG in o.get("data", {}).values()]
-    assert len(images) == 2  # the two that are PNGs; the one that was not an image is gone
+    assert len(images) == 3  # the PNGs, the earlier cell's rewritten one too; the one that was not is gone
     for output in outputs:
         assert set(output.get("data", {})) <= {"text/plain", "image/png", "image/jpeg"}
         for mime, size in output.get("metadata", {}).items():

@@ -103,9 +103,10 @@ print(time.process_time())
 def test_a_batch_removes_the_groups_a_killed_worker_left_with_their_processes():
     """A worker killed midway never ends its sandbox: the batch that made the group does."""
     batch = f"course-batch-test{os.getpid()}"
+    assert cgroup.start_batch(batch)
     groups = [cgroup.ProcessGroup.create(cgroup.Limits(16, 2**28), batch) for _ in range(2)]
     sleepers = [subprocess.Popen(["sleep", "60"], preexec_fn=g.join, start_new_session=True) for g in groups]
-    cgroup.end_batch(batch)
+    assert cgroup.end_batch(batch) == 2
     assert [s.wait(timeout=10) for s in sleepers] == [-9, -9]
     assert not any(folder.exists() for g in groups for folder in g.folders.values())
     assert not any(folder.parent.exists() for g in groups for folder in g.folders.values())

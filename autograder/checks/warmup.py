@@ -430,29 +430,27 @@ LAST_LOSS_TOLERANCE = (0.25, 0.02)  # (rtol, atol): one Adam step's change at th
 
 def _layers(case: Case, out: Outputs, stage: str) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """The (weight, bias) of each nn.Linear of the MLP asked for, in the order data flows through
-    them, taken from the parameters of `stage` ("initial" or "final") by their shapes: the first
-    unused parameter of each shape, so the order a module registers its layers in does not matter.
-    None when the parameters do not have these shapes."""
+    them, from the parameters of `stage` ("initial" or "final"). An nn.Linear registers its weight,
+    then its bias, so parameters come in such pairs; the pairs are put in data-flow order by their
+    shapes (2 -> width -> ... -> 2), so the order a module registers its layers in does not matter
+    (hidden layers, all of one shape, in the order they were registered). None when the
+    parameters are not those of such layers."""
     parameters = [out[f"{stage} parameter {k}"] for k in range(_count(out, stage))]
+    pairs = list(zip(parameters[0::2], parameters[1::2], strict=False))
+    if len(parameters) % 2 or any(w.dim() != 2 or b.shape != w.shape[:1] for w, b in pairs):
+        return None
     sizes = [2] + [case.inputs["width"]] * case.inputs["depth"] + [2]
     layers = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        weight, bias = _take(parameters, (fan_out, fan_in)), _take(parameters, (fan_out,))
-        if weight is None or bias is None:
+        k = next((k for k, (w, _) in enumerate(pairs) if w.shape == (fan_out, fan_in)), None)
+        if k is None:
             return None
-        layers.append((weight, bias))
-    return None if parameters else layers
+        layers.append(pairs.pop(k))
+    return None if pairs else layers
 
 
 def _count(out: Outputs, stage: str) -> int:
     return sum(key.startswith(f"{stage} parameter ") for key in out)
-
-
-def _take(parameters: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor | None:
-    for k, parameter in enumerate(parameters):
-        if parameter.shape == shape:
-            return parameters.pop(k)
-    return None
 
 
 def _logits(case: Case, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
