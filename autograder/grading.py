@@ -25,6 +25,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -423,26 +424,71 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
     seed = int(seed_file.read_text())
     submissions, results = find_submissions(source, work)
     prepare_template(work)
-    group = f"course-batch-{secrets.token_hex(4)}"
-    batch = Batch(seed, tempfile.mkdtemp(prefix="course-"), group if cgroup.start_batch(group) else "")
+    batch = _start_batch(work, seed)
     try:
         results += _grade_all(submissions, out, limits, batch, max(1, jobs))
     finally:
-        _end_batch(batch)
+        _end_batch(batch, "sandboxes were left by grading workers killed midway")
+        (work / BATCH_RECORD).unlink()
     results.sort(key=lambda r: (r.student, r.notebook))
     merge_course(out, results, limits, seed)
     write_csv(out / "grades.csv", results)
     return results
 
 
-def _end_batch(batch: Batch) -> None:
-    """Remove the batch's process groups and sandboxes' folder, and what workers killed midway
-    left in them; a failure here is reported, and costs no grade."""
+BATCH_RECORD = "batch.json"  # in OUT/work: the batch running now (its sandboxes' folder and cgroup)
+
+
+def _start_batch(work: Path, seed: int) -> Batch:
+    """A folder and a cgroup for the batch's sandboxes, recorded in OUT/work while it runs: nothing
+    of a batch killed midway cleans up after it, so the next run into that folder does."""
+    record = work / BATCH_RECORD
+    if record.exists() and (earlier := _recorded_batch(record.read_text())):
+        killed, pid = earlier
+        if _running(pid):
+            raise SystemExit(
+                f"{work.parent} is being graded by another run (process {pid}): wait for it to end, or grade "
+                f"into another folder (if no such run is going on, delete {record})"
+            )
+        _end_batch(killed, "sandboxes were left by a run into this folder that was killed midway")
+    group = f"course-batch-{secrets.token_hex(4)}"
+    batch = Batch(seed, tempfile.mkdtemp(prefix="course-"), group if cgroup.start_batch(group) else "")
+    record.write_text(json.dumps({"scratch": batch.scratch, "group": batch.group, "pid": os.getpid()}))
+    return batch
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return pid != os.getpid()
+
+
+def _recorded_batch(text: str) -> tuple[Batch, int] | None:
+    """The batch a record names and the process that ran it, if it names only what a batch makes:
+    a folder course-* right in the temporary folder, and a group course-batch-* (the record is
+    removed once a batch ends)."""
+    try:
+        record = json.loads(text)
+        scratch, group, pid = Path(record["scratch"]), str(record["group"]), int(record["pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if scratch.parent != Path(tempfile.gettempdir()) or not re.fullmatch(r"course-\w{8}", scratch.name):
+        return None
+    if group and not re.fullmatch(r"course-batch-[0-9a-f]{8}", group):
+        return None
+    return Batch(0, str(scratch), group), pid
+
+
+def _end_batch(batch: Batch, left_by: str) -> None:
+    """Remove the batch's process groups and sandboxes' folder, with whatever was left in them
+    (`left_by` says how, in the note printed then); a failure is reported, and costs no grade."""
     try:
         if left := cgroup.end_batch(batch.group) if batch.group else 0:
-            print(
-                f"note: {left} sandboxes were left by grading workers killed midway: removed", file=sys.stderr
-            )
+            print(f"note: {left} {left_by}: removed", file=sys.stderr)
         remove_tree(Path(batch.scratch))
     except OSError as error:
         print(f"warning: the batch's sandboxes could not all be removed: {error}", file=sys.stderr)
