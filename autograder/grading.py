@@ -409,13 +409,6 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
             "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `dnf install "
             "bubblewrap`), or pass --no-sandbox to grade trusted submissions without one."
         )
-    if why := cgroup.unavailable_reason():
-        print(
-            f"warning: each sandbox cannot get a process group of its own here ({why}). A notebook that "
-            "forks without end or fills the memory with many processes is stopped only by the time limit "
-            "and can slow the others down; grade untrusted classes with --jobs 1 (README, not covered).",
-            file=sys.stderr,
-        )
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "case_seed"
@@ -452,7 +445,17 @@ def _start_batch(work: Path, seed: int) -> Batch:
             )
         _end_batch(killed, "sandboxes were left by a run into this folder that was killed midway")
     group = f"course-batch-{secrets.token_hex(4)}"
-    batch = Batch(seed, tempfile.mkdtemp(prefix="course-"), group if cgroup.start_batch(group) else "")
+    if not cgroup.start_batch(group):  # only then worth finding out why
+        why = cgroup.unavailable_reason() or "the batch's group could not be made"
+        print(
+            f"warning: each sandbox cannot get a process group of its own here ({why}). "
+            "A notebook that forks without end or fills the memory with many processes is stopped only by "
+            "the time limit and can slow the others down; grade untrusted classes with --jobs 1 (README, "
+            "not covered).",
+            file=sys.stderr,
+        )
+        group = ""
+    batch = Batch(seed, tempfile.mkdtemp(prefix="course-"), group)
     record.write_text(json.dumps({"scratch": batch.scratch, "group": batch.group, "pid": os.getpid()}))
     return batch
 
