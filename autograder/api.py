@@ -4,6 +4,7 @@
     verdict = evaluate("07.rmsnorm", RMSNorm)            # visible cases
     verdict = evaluate("07.rmsnorm", RMSNorm, hidden=True)  # fresh seeds and edge cases
     verdict.passed, verdict.points, verdict.max_points, verdict.message
+    verdict.parts  # one per concern of the question, each with its share of the points
 
 Visible cases and what they should give are stored in autograder/expected/ by `course
 build`, so a student's copy needs no reference solutions. Hidden cases are drawn from a
@@ -69,7 +70,10 @@ def write_snapshot(name: str, directory: Path = EXPECTED) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
-            "cases": [{"name": c.name, "inputs": c.inputs, "judge_only": c.judge_only} for c in cases],
+            "cases": [
+                {"name": c.name, "inputs": c.inputs, "judge_only": c.judge_only, "concern": c.concern}
+                for c in cases
+            ],
             "expected": [{"reference": e.reference, "mistakes": e.mistakes} for e in expected],
             "mistakes": [{"name": m.name, "advice": m.advice} for m in known],
         },
@@ -101,7 +105,7 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `course build` to create it")
     data = torch.load(path, weights_only=True)
-    cases = [Case(c["name"], c["inputs"], c["judge_only"]) for c in data["cases"]]
+    cases = [Case(c["name"], c["inputs"], c["judge_only"], c["concern"]) for c in data["cases"]]
     expected = [Expectation(e["reference"], e["mistakes"]) for e in data["expected"]]
     known = [Mistake(m["name"], m["advice"], None) for m in data["mistakes"]]
     return cases, expected, known
@@ -116,7 +120,7 @@ def judge_results(name: str, cases: list[Case], results: list, *, hidden: bool) 
     if not verdict.passed:
         expected, known = live_expectations(name, cases)
         verdict = judge(check, cases, results, expected, known)
-    return Verdict(verdict.check, verdict.passed, verdict.message, points(name, hidden))
+    return verdict.worth(points(name, hidden))
 
 
 def points(name: str, hidden: bool) -> float:
@@ -133,7 +137,7 @@ def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = No
         return judge_results(name, cases, run_stage(check, obj, cases), hidden=True)
     cases, expected, known = load_snapshot(name)
     verdict = judge(check, cases, run_stage(check, obj, cases), expected, known)
-    return Verdict(verdict.check, verdict.passed, verdict.message, points(name, hidden))
+    return verdict.worth(points(name, hidden))
 
 
 def check(name: str, obj: Any, *, hidden: bool = False) -> None:

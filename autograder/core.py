@@ -45,12 +45,30 @@ class Case:
 
     `judge_only` holds what the judge needs and the code under test must never see, such as
     the labels of a held-out split: stage 2 gets a copy without it, and the grader never
-    writes it where a grading kernel could read it.
+    writes it where a grading kernel could read it. `concern` names the part of the question
+    the case grades (one of its check's `concerns`; "" is the first, the core).
     """
 
     name: str
     inputs: dict[str, Any]
     judge_only: dict[str, Any] = field(default_factory=dict)
+    concern: str = ""
+
+
+@dataclass(frozen=True)
+class Concern:
+    """A part of a question graded on its own cases, for its own share of the points.
+
+    The first concern of a check is its core (float32 numerics, the homework's own cases);
+    the others are what a solution can get wrong while the core is right: dtype handling,
+    edge shapes the original homework left open. A solution right on the core and wrong on
+    an edge loses only that edge's share.
+    """
+
+    name: str  # as the verdict shows it, e.g. "bfloat16 input"
+    # Share of the test cell's points, relative to the other concerns. 0: advice only, for
+    # what the course recommends but the original homework did not ask (reported, never failed).
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -83,19 +101,66 @@ class Property:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    check: str
+class Part:
+    """One concern's share of a verdict."""
+
+    concern: str
     passed: bool
     message: str
-    max_points: float = 0.0
+    max_points: float
 
     @property
     def points(self) -> float:
         return self.max_points if self.passed else 0.0
 
+    @property
+    def graded(self) -> bool:
+        return self.max_points > 0
+
     def __str__(self) -> str:
         mark = "passed" if self.passed else "FAILED"
-        return f"[{self.check}] {mark} ({self.points:g}/{self.max_points:g}): {self.message}"
+        message = self.message.replace("\n", "\n    ")
+        worth = f"{_points(self.points)}/{_points(self.max_points)}" if self.graded else "advice, no points"
+        return f"- {self.concern} ({worth}): {mark}: {message}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check says of one test: passed or not, why, and the points earned.
+
+    A check of one concern earns all its points or none; a check of several has one `Part`
+    per concern, and earns the points of the parts that pass."""
+
+    check: str
+    passed: bool
+    message: str
+    max_points: float = 0.0
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def points(self) -> float:
+        if self.parts:
+            return sum(part.points for part in self.parts)
+        return self.max_points if self.passed else 0.0
+
+    def worth(self, max_points: float) -> Verdict:
+        """The same verdict for a test cell worth `max_points`, split over its parts by weight."""
+        total = sum(part.max_points for part in self.parts) or 1.0
+        parts = tuple(
+            Part(p.concern, p.passed, p.message, max_points * p.max_points / total) for p in self.parts
+        )
+        message = "\n".join(map(str, parts)) if parts else self.message
+        return Verdict(self.check, self.passed, message, max_points, parts)
+
+    def __str__(self) -> str:
+        mark = "passed" if self.passed else "FAILED"
+        separator = "\n" if self.parts else " "
+        head = f"[{self.check}] {mark} ({_points(self.points)}/{_points(self.max_points)}):"
+        return f"{head}{separator}{self.message}"
+
+
+def _points(value: float) -> str:
+    return f"{value:.3g}"
 
 
 @dataclass(frozen=True)
@@ -122,6 +187,23 @@ class Check:
     # Library functions that are the answer itself, with the name a message gives each
     # (`library_calls`). A case whose run calls one fails, even if the code catches what follows.
     forbidden: Sequence[tuple[Callable, str]] = ()
+    # The parts of the question graded apart, each for its share of the points (`Concern`);
+    # empty: one concern, all the points or none. A case names its own (`Case.concern`).
+    concerns: Sequence[Concern] = ()
+    # What each output is, in the words a message uses ("the mask's dtype"); a key without a
+    # description is named as 'key'.
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def concern_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.concerns)
+
+    def concern_of(self, case: Case) -> str:
+        """The concern a case grades: its own, or the check's first (the core)."""
+        return case.concern or (self.concerns[0].name if self.concerns else "")
+
+    def describe(self, key: str) -> str:
+        return self.outputs.get(key, f"'{key}'")
 
     @property
     def answer_cell(self) -> str:
@@ -221,20 +303,28 @@ def _fresh_copy(case: Case) -> Case:
 
     Without `judge_only`: what stage 2 sees in a notebook is what it sees when graded."""
     inputs = {k: v.clone() if isinstance(v, Tensor) else v for k, v in case.inputs.items()}
-    return Case(case.name, inputs)
+    return Case(case.name, inputs, concern=case.concern)
 
 
 RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ")  # how a result without outputs reads
 
 
+STUB = "this is still the unfilled stub: replace the `raise` line with your answer"
+
+
 def _describe_error(error: BaseException) -> str:
     """`your code raised Type: message`, plus the student's own line when the error came from a
-    notebook cell."""
-    where = ""
+    notebook cell. An unfilled stub is called one: the release's `raise NotImplementedError()`,
+    and the original homework's `raise NotImplemented`, which Python reports as a TypeError."""
+    line = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if "ipykernel" in frame.filename or frame.filename.startswith("<"):
-            where = f" (in your code: `{(frame.line or '').strip()}`)"
+            line = (frame.line or "").strip()
             break
+    stub = isinstance(error, NotImplementedError | TypeError) and line.startswith("raise NotImplemented")
+    if stub:
+        return f"your code raised {type(error).__name__}: {STUB}"
+    where = f" (in your code: `{line}`)" if line else ""
     return f"your code raised {type(error).__name__}: {error}{where}"
 
 
@@ -266,13 +356,46 @@ def judge(
     expected: Sequence[Expectation],
     mistakes: Sequence[Mistake],
 ) -> Verdict:
+    """Judge each concern of the check on its own cases (see `judge_concern`).
+
+    One concern: the verdict is its message. Several: one `Part` per concern present among
+    the cases, weighted by the concern's weight (`Verdict.worth` turns weights into points)."""
+    if len(results) != len(cases) or len(expected) != len(cases):
+        return Verdict(check.name, False, f"expected {len(cases)} results, got {len(results)}")
+    for case in cases:
+        if case.concern and case.concern not in check.concern_names:
+            raise ValueError(f"{check.name}: case {case.name!r} has unknown concern {case.concern!r}")
+    if not check.concerns:
+        passed, message = judge_concern(check, cases, results, expected, mistakes)
+        return Verdict(check.name, passed, message)
+    parts = []
+    for concern in check.concerns:
+        chosen = [i for i, case in enumerate(cases) if check.concern_of(case) == concern.name]
+        if chosen:
+            passed, message = judge_concern(
+                check,
+                [cases[i] for i in chosen],
+                [results[i] for i in chosen],
+                [expected[i] for i in chosen],
+                mistakes,
+            )
+            parts.append(Part(concern.name, passed, message, concern.weight))
+    passed = all(p.passed or not p.graded for p in parts)
+    return Verdict(check.name, passed, "\n".join(map(str, parts)), parts=tuple(parts))
+
+
+def judge_concern(
+    check: Check,
+    cases: Sequence[Case],
+    results: Sequence[RunResult],
+    expected: Sequence[Expectation],
+    mistakes: Sequence[Mistake],
+) -> tuple[bool, str]:
     """Compare each case's result with the reference: shape -> dtype -> NaN/inf -> values.
 
     The first failing case is named; the failure is matched against the known mistakes and
     the properties of the check, so that the message says what probably went wrong.
     """
-    if len(results) != len(cases):
-        return Verdict(check.name, False, f"expected {len(cases)} results, got {len(results)}")
     for case, result, expect in zip(cases, results, expected, strict=True):
         if isinstance(expect.reference, str):
             raise RuntimeError(f"the reference fails on {check.name} {case.name}: {expect.reference}")
@@ -287,14 +410,16 @@ def judge(
         diagnosis = _diagnose(check, result, expect, mistakes)
         if diagnosis:
             lines.append(f"  Looks like: {diagnosis}")
-        return Verdict(check.name, False, "\n".join(lines))
+        return False, "\n".join(lines)
     for case, result in zip(cases, results, strict=True):
         for name, failure in _property_failures(check, case, result):
-            return Verdict(check.name, False, f"case {case.name}: property '{name}' fails: {failure}")
+            return False, f"case {case.name}: property '{name}' fails: {failure}"
     names = ", ".join(p.name for p in check.properties)
     extra = f"; properties hold: {names}" if names else ""
     met = "meet the check's criterion" if check.criterion else "match the reference"
-    return Verdict(check.name, True, f"{len(cases)} cases {met}{extra}")
+    count = "1 case" if len(cases) == 1 else f"{len(cases)} cases"
+    verb = met.replace("meet", "meets").replace("match ", "matches ") if len(cases) == 1 else met
+    return True, f"{count} {verb}{extra}"
 
 
 def _property_failures(check: Check, case: Case, result: RunResult) -> list[tuple[str, str]]:
@@ -334,21 +459,24 @@ def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
 
 
 def compare_tensors(check: Check, key: str, got: Tensor, want: Tensor) -> str | None:
-    """The first difference between two tensors, in the order shape, dtype, NaN/inf, values."""
+    """The first difference between two tensors, in the order shape, dtype, NaN/inf, values,
+    in words a student can act on (the output's description, no internal names)."""
+    what = check.describe(key)
     if not isinstance(got, Tensor):
-        return f"'{key}' should be a tensor, got {type(got).__name__}"
+        return f"{what} should be a tensor, got {type(got).__name__}"
     if got.shape != want.shape:
-        return f"'{key}' has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     if check.exact_dtype and got.dtype != want.dtype:
-        return f"'{key}' has dtype {got.dtype}, expected {want.dtype}"
+        return f"{what} has dtype {got.dtype}, expected {want.dtype}"
     if got.is_complex() != want.is_complex():
-        return f"'{key}' should {'' if want.is_complex() else 'not '}be complex"
+        return f"{what} should {'' if want.is_complex() else 'not '}be complex"
     if got.is_floating_point() or got.is_complex():
         bad = ~torch.isfinite(got)
         if bad.any() and not (~torch.isfinite(want)).any():
             index = tuple(torch.nonzero(bad)[0].tolist())
-            return f"'{key}' contains {got[index].item()} at index {index}, expected finite values"
+            return f"{what} contains {got[index].item()}{_at(index)}, expected finite values"
     rtol, atol = check.tolerance(want.dtype)
+    exact = not (want.is_floating_point() or want.is_complex())
     got_c, want_c = got.to(want.dtype), want
     if want.dtype == torch.bool:  # bool tensors cannot be subtracted for the report below
         got_c, want_c = got_c.long(), want_c.long()
@@ -356,12 +484,23 @@ def compare_tensors(check: Check, key: str, got: Tensor, want: Tensor) -> str | 
     if bool(close.all()):
         return None
     index = tuple(torch.nonzero(~close)[0].tolist())
-    diff = (got_c - want_c).abs()
+    value = f"{what}{_at(index)} is {_fmt(got.to(want.dtype)[index])}, expected {_fmt(want[index])}"
+    if want.dim() == 0:
+        return value
     n_bad, n = int((~close).sum()), close.numel()
-    return (
-        f"'{key}' differs at index {index}: got {_fmt(got_c[index])}, expected {_fmt(want_c[index])} "
-        f"({n_bad} of {n} values off; largest difference {_fmt(diff.max())}, rtol={rtol:g}, atol={atol:g})"
+    if exact:
+        return f"{value} ({n_bad} of {n} values differ)"
+    off = (got_c - want_c).abs()[~close]
+    size = (
+        f"the largest by {_fmt(off.max())}"
+        if bool(torch.isfinite(off).all())
+        else "some are NaN or infinite where a finite value is expected"
     )
+    return f"{value} ({n_bad} of {n} values off by more than rounding allows; {size})"
+
+
+def _at(index: tuple[int, ...]) -> str:
+    return f" at index {index}" if index else ""
 
 
 def _fmt(x: Tensor) -> str:

@@ -360,14 +360,22 @@ def _label(cell, index: int) -> str:
 
 
 def _outputs(verdicts: list[Verdict]) -> list:
-    """A test cell's outputs as nbgrader grades them: any error output scores the cell 0."""
+    """A test cell's outputs as nbgrader grades them: every check passed is full marks (text
+    only); nothing earned is an error output (0); in between, the verdicts as text and then
+    the points earned as the cell's result, which nbgrader records as partial credit."""
     if not verdicts:  # never full marks for a cell nothing judged (tests/test_notebooks.py forbids it)
         problem = "this test cell calls no check"
         return [new_output("error", ename="CheckFailed", evalue=problem, traceback=[problem])]
+    text = [new_output("stream", name="stdout", text=f"{v}\n") for v in verdicts]
+    earned = sum(v.points for v in verdicts)
+    if all(v.passed for v in verdicts):
+        return text
+    if earned > 0:
+        return [*text, new_output("execute_result", data={"text/plain": f"{earned:g}"}, execution_count=None)]
     return [
-        new_output("stream", name="stdout", text=f"{v}\n")
-        if v.passed
-        else new_output("error", ename="CheckFailed", evalue=str(v), traceback=[f"CheckFailed: {v}"])
+        new_output("error", ename="CheckFailed", evalue=str(v), traceback=[f"CheckFailed: {v}"])
+        if not v.passed
+        else new_output("stream", name="stdout", text=f"{v}\n")
         for v in verdicts
     ]
 

@@ -7,7 +7,7 @@ is close to eps: only there does the place of eps (inside or outside the root) s
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
 
 # (shape, eps, scale of x): scale 1e-3 with eps 1e-6, and eps 0.5, make eps matter.
 SHAPES = [((2, 5, 16), 1e-6, 1.0), ((3, 8), 0.5, 0.3), ((1, 4, 32), 1e-6, 1e-3), ((2, 3, 8), 1e-5, 1e3)]
@@ -29,12 +29,18 @@ def norm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
+BFLOAT16 = "a bfloat16 model: bfloat16 in, bfloat16 out"
+
+
 def module_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     cases = norm_cases(g, hidden)
     x = torch.randn(2, 4, 16, generator=g)
     x[..., 0, :] = 0.0
-    bf16 = {"x": x.bfloat16(), "eps": 1e-6, "weight": torch.randn(16, generator=g)}
-    return [*cases, Case("bfloat16 x of shape (2, 4, 16) (first row all zeros), eps=1e-06", bf16)]
+    # A bfloat16 model has a bfloat16 weight: the given forward and Llama's
+    # (`self._norm(x.float()).type_as(x) * self.weight`) then both return bfloat16.
+    bf16 = {"x": x.bfloat16(), "eps": 1e-6, "weight": torch.randn(16, generator=g).bfloat16()}
+    name = "bfloat16 x of shape (2, 4, 16) in a module cast to bfloat16 (first row all zeros), eps=1e-06"
+    return [*cases, Case(name, bf16, concern=BFLOAT16)]
 
 
 def run_norm(rmsnorm_class, case: Case) -> Outputs:
@@ -49,6 +55,7 @@ def run_module(rmsnorm_class, case: Case) -> Outputs:
 
 def _with_weight(rmsnorm_class, case: Case):
     module = rmsnorm_class(case.inputs["x"].shape[-1], eps=case.inputs["eps"])
+    module = module.to(case.inputs["weight"].dtype)  # the model's dtype: float32 but in the bfloat16 case
     with torch.no_grad():
         module.weight.copy_(case.inputs["weight"])
     return module
@@ -84,7 +91,9 @@ def _matches_torch(case: Case, out: Outputs) -> str | None:
     x, y = case.inputs["x"], out.get("y")
     if y is None or y.shape != x.shape:
         return None
-    want = F.rms_norm(x.float(), (x.shape[-1],), case.inputs["weight"], case.inputs["eps"]).to(x.dtype)
+    want = F.rms_norm(x.float(), (x.shape[-1],), case.inputs["weight"].float(), case.inputs["eps"]).to(
+        x.dtype
+    )
     gap = (y.float() - want.float()).abs().max().item()
     limit = 5e-2 if x.dtype == torch.bfloat16 else 1e-4 * max(1.0, want.abs().max().item())
     return None if gap <= limit else f"torch.nn.functional.rms_norm differs by up to {gap:.3g}"
@@ -104,6 +113,7 @@ NORM = Check(
     error_hints=[NO_WEIGHT],
     cases=norm_cases,
     run=run_norm,
+    outputs={"normed": "_norm(x)", "normed_10x": "_norm(10 * x)"},
     forbidden=LIBRARY_RMS_NORM,
     properties=[
         Property("scale invariance", _scale_invariant),
@@ -122,6 +132,8 @@ MODULE = Check(
     target="RMSNorm",
     cases=module_cases,
     run=run_module,
+    concerns=[Concern("float32 x", weight=3), Concern(BFLOAT16, weight=1)],
+    outputs={"y": "the layer's output"},
     forbidden=LIBRARY_RMS_NORM,
     properties=[
         Property("matches torch.nn.functional.rms_norm", _matches_torch),

@@ -5,7 +5,7 @@ Key: B batch, H heads, T sequence length, Dh head dim, C context size (rows of t
 
 import torch
 
-from ..core import Case, Check, ErrorHint, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
 
 # ------------------------------------------------------------------ get_rotation_matrix
 
@@ -76,6 +76,9 @@ def random_rotation_table(g: torch.Generator, context: int, half: int) -> torch.
     return torch.polar(torch.ones_like(angles), angles)
 
 
+BFLOAT16 = "bfloat16 q and k keep their dtype"
+
+
 def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(ROPE_SHAPES)
     if hidden:
@@ -102,6 +105,7 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         Case(
             "bfloat16 q and k, B=2 H=2 T=4 Dh=6",
             {"q": q.bfloat16(), "k": k.bfloat16(), "rotation_matrix": random_rotation_table(g, 8, 3)},
+            concern=BFLOAT16,
         )
     )
     return cases
@@ -173,6 +177,10 @@ ROPE = Check(
     target="RoPE",
     cases=rope_cases,
     run=run_rope,
+    # The original homework never asks for another dtype: a RoPE that asserts float32 input,
+    # or returns float32, is right for it. The course's advice is reported, for no points.
+    concerns=[Concern("float32 q and k"), Concern(BFLOAT16, weight=0)],
+    outputs={"queries": "the tensor of rotated queries", "keys": "the tensor of rotated keys"},
     properties=[
         Property("keeps the norm of every pair", _keeps_norms),
         Property("position 0 is the identity", _position0_identity),
