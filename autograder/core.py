@@ -513,16 +513,73 @@ def _fmt(x: Tensor) -> str:
 
 
 def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]) -> str:
+    """What the failure looks like: an error hint; a known mistake whose outputs equal the
+    student's; else the known mistakes that explain some of the outputs (two mistakes at once);
+    else the one mistake the outputs are much nearer to than to the right answer."""
     if isinstance(result, str):
         for hint in check.error_hints:
             if hint.fragment in result:
                 return hint.advice
         return ""
-    for mistake in mistakes:
-        wrong = expect.mistakes.get(mistake.name)
-        if isinstance(wrong, dict) and _judge_case_quietly(check, result, wrong):
+    known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
+    for mistake, wrong in known:
+        if _judge_case_quietly(check, result, wrong):
             return f"{mistake.name}. {mistake.advice}"
+    reference = expect.reference
+    if isinstance(reference, dict) and len(reference) > 1:
+        wrong_keys = [k for k in reference if not _same_output(check, result, reference, k)]
+        explained = []
+        for mistake, wrong in known:
+            keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
+            if keys:
+                what = ", ".join(check.describe(k) for k in keys)
+                explained.append(f"{mistake.name} ({what} as with that mistake). {mistake.advice}")
+        if explained:
+            return "more than one thing may be wrong; in part: " + " | ".join(explained)
+    nearest = _nearest_mistake(result, reference, known) if isinstance(reference, dict) else None
+    if nearest:
+        return (
+            f"closest to the known mistake '{nearest.name}' (your values are much nearer to it than to "
+            f"the right ones; something else may be wrong too). {nearest.advice}"
+        )
     return ""
+
+
+def _same_output(check: Check, result: Outputs, other: Outputs, key: str) -> bool:
+    try:
+        return key in result and key in other and compare_tensors(check, key, result[key], other[key]) is None
+    except Exception:
+        return False
+
+
+NEAREST_RATIO = 0.25  # a mistake is named as the nearest only when 4x nearer than the reference
+
+
+def _nearest_mistake(result: Outputs, reference: Outputs, known) -> Mistake | None:
+    """The mistake whose outputs are far nearer to the result than the reference's are."""
+    to_reference = _distance(result, reference, reference)
+    if not math.isfinite(to_reference) or to_reference == 0:
+        return None
+    scored = [(_distance(result, wrong, reference), mistake) for mistake, wrong in known]
+    scored = [(d, m) for d, m in scored if d < NEAREST_RATIO * to_reference]
+    return min(scored, key=lambda pair: pair[0])[1] if scored else None
+
+
+def _distance(result: Outputs, other: Outputs, reference: Outputs) -> float:
+    """Distance over the outputs, each relative to the reference's size; infinite when they
+    cannot be compared."""
+    total = 0.0
+    for key, want in other.items():
+        got, scale = result.get(key), reference.get(key)
+        tensors = (got, want, scale)
+        if not all(isinstance(t, Tensor) and t.shape == want.shape for t in tensors):
+            return math.inf
+        g, w, s = (torch.view_as_real(t) if t.is_complex() else t for t in tensors)
+        g, w, s = g.double(), w.double(), s.double()
+        if not all(bool(torch.isfinite(t).all()) for t in (g, w, s)):
+            return math.inf
+        total += float((g - w).norm() / (s.norm() + 1e-12))
+    return total
 
 
 def _judge_case_quietly(check: Check, result: Outputs, wrong: Outputs) -> bool:
