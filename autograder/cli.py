@@ -86,10 +86,34 @@ def _check(args) -> int:
 def _list(args) -> int:
     from .checks import CHECKS
 
+    if args.points:
+        print(points_table())
+        return 0
     for name, check in CHECKS.items():
         points = f"{check.points:g} visible + {check.hidden_points:g} hidden points"
         print(f"{name:<28} {check.target_source:<30} {points}")
     return 0
+
+
+def points_table() -> str:
+    """The points of every question and how they split over its concerns (a Markdown table,
+    kept in the README by a test)."""
+    from fractions import Fraction
+
+    from .checks import CHECKS
+
+    rows = ["| check | visible | hidden | how a test cell's points split |", "| --- | --- | --- | --- |"]
+    for name, check in CHECKS.items():
+        total = sum(c.weight for c in check.concerns)
+        shares = [
+            f"{c.name}: {Fraction(c.weight / total).limit_denominator(12)}"
+            if c.weight
+            else f"{c.name}: advice only"
+            for c in check.concerns
+        ]
+        split = "; ".join(shares) or "all or nothing"
+        rows.append(f"| `{name}` | {check.points:g} | {check.hidden_points:g} | {split} |")
+    return "\n".join(rows)
 
 
 def _lab(args) -> int:
@@ -131,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_check)
 
     p = sub.add_parser("list", help="list the checks")
+    p.add_argument("--points", action="store_true", help="how each check's points split (Markdown)")
     p.set_defaults(func=_list)
 
     p = sub.add_parser("lab", help="start JupyterLab on notebooks/")
