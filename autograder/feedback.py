@@ -8,6 +8,8 @@ autograder/templates/course_feedback, which is nbgrader's feedback template with
 - outputs wrap, so the whole verdict of a failed check (got, expected) is read without scrolling;
 - MathJax is loaded from a copy beside the pages (install_mathjax), where nbgrader loads it from
   a CDN: the maths of a page opened offline renders, and opening a page asks nothing of the network.
+  MathJax 2 (the jupyter-server-mathjax package's) writes MathML, which browsers draw themselves:
+  its HTML output needs web fonts, which a browser does not load for a page opened from disk.
 
 The page is otherwise nbgrader's, and as safe: what of a student's notebook reaches it is
 cleaned before grades are saved (clean.py), and HTML in outputs is sanitised. MathJax typesets
@@ -26,12 +28,16 @@ from traitlets.config import Config
 from .cells import check_calls, grade_id, is_test_cell
 
 TEMPLATES = Path(__file__).with_name("templates")
-TEMPLATE = "course_feedback"  # extends nbgrader's "feedback"
+TEMPLATE = "course_feedback"  # its conf.json names nbgrader's "feedback" as its base
+# Not index.html.j2: the course's page extends nbgrader's index.html.j2, found after it in the path.
+TEMPLATE_FILE = "course_feedback.html.j2"
 NBGRADER_TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 # Beside the students' folders of a feedback folder; no student id starts with "_" (inbox.py).
 MATHJAX_FOLDER = "_mathjax"
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # the combined configuration the package ships
-MATHJAX_LEFT_OUT = ("SVG",)  # jax/output/SVG: fonts only, without the output jax that would use them
+# Not copied: web fonts, which a browser refuses to a page opened from disk (the pages use MathJax's
+# MathML output, drawn by the browser), and the SVG output's font data, shipped without that output.
+MATHJAX_LEFT_OUT = ("fonts", "jax/output/SVG")
 
 
 def exporter_config(page_depth: int) -> Config:
@@ -43,6 +49,7 @@ def exporter_config(page_depth: int) -> Config:
     """
     return Config(
         template_name=TEMPLATE,
+        template_file=TEMPLATE_FILE,
         extra_template_basedirs=[str(TEMPLATES), str(NBGRADER_TEMPLATES)],
         mathjax_url="../" * page_depth + f"{MATHJAX_FOLDER}/MathJax.js?config={MATHJAX_CONFIG}",
     )
@@ -63,8 +70,15 @@ def install_mathjax(feedback: Path) -> Path:
     if (target / "MathJax.js").exists():
         return target
     partial = feedback / f"{MATHJAX_FOLDER}.partial"
+    feedback.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(mathjax_source(), partial, ignore=shutil.ignore_patterns(*MATHJAX_LEFT_OUT))
+    source = mathjax_source()
+
+    def left_out(folder: str, names: list[str]) -> set[str]:
+        here = Path(folder).relative_to(source)
+        return {name for name in names if (here / name).as_posix() in MATHJAX_LEFT_OUT}
+
+    shutil.copytree(source, partial, ignore=left_out)
     partial.rename(target)  # whole or absent: a killed run leaves no half copy behind
     return target
 

@@ -44,11 +44,13 @@ import torch
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
+from traitlets.config import Config
 
 from . import cgroup
 from .build import generate_all, nbgrader_config
 from .clean import notebook_metadata
 from .exchange import remove_tree
+from .feedback import exporter_config, install_mathjax
 from .inbox import Submission, find_submissions
 from .paths import SOLUTIONS
 from .report import Result, failed, write_csv
@@ -109,7 +111,11 @@ class Batch:
     # Both go with the batch, with whatever a worker killed midway left in them.
 
 
-def _grading_config(run: Path, template: Path, limits: Limits, batch: Batch, threads: int):
+def _grading_config(
+    run: Path, template: Path, limits: Limits, batch: Batch, threads: int, page_depth: int = 1
+):
+    """nbgrader's settings for grading a submission in `run` and writing its feedback page, which is
+    read `page_depth` folders below a feedback folder (OUT/feedback/<student>/<nb>.html: 1)."""
     return nbgrader_config(
         run,
         template / "source",
@@ -163,10 +169,13 @@ def _grading_config(run: Path, template: Path, limits: Limits, batch: Batch, thr
         GenerateFeedback={
             "preprocessors": [
                 "nbgrader.preprocessors.GetGrades",
+                "autograder.feedback.NameQuestions",  # before the hidden checks' calls are hidden
                 "autograder.preprocessors.HideHiddenTests",
                 "autograder.preprocessors.PlainErrors",
                 "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-            ]
+            ],
+            # The course's page (summary, wrapped verdicts, MathJax beside the pages: feedback.py).
+            "HTMLExporter": exporter_config(page_depth),
         },
     )
 
@@ -289,6 +298,8 @@ def _autograde(
         destination = out / "feedback" / submission.student / f"{submission.notebook}.html"
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(page, destination)
+    else:  # graded all the same; the log says why the page is missing
+        log += f"\n[course] no feedback page was written:\n{feedback.get('error') or feedback.get('log')}"
     status = "needs_manual_grading" if manual else "graded"
     reasons = run / "reasons.json"
     reason = "; ".join(json.loads(reasons.read_text())) if reasons.exists() else ""
@@ -360,7 +371,9 @@ def merge_course(out: Path, results: list[Result], limits: Limits, seed: int) ->
             if old is not None and previous.get(key) == graded[key]:
                 _copy_grades(old, merged, result.notebook, result.student, BY_HAND)
     (staging / GRADED_FILES).write_text(json.dumps(graded, indent=1))
-    config = _grading_config(course, course, limits, Batch(seed), threads=1)
+    # Feedback generated there by nbgrader lands in feedback/<student>/<nb>/<nb>.html
+    install_mathjax(staging / "feedback")
+    config = _grading_config(course, course, limits, Batch(seed), threads=1, page_depth=2)
     (staging / "nbgrader_config.py").write_text(_config_file(config))
     shutil.rmtree(course, ignore_errors=True)
     staging.rename(course)
@@ -392,9 +405,18 @@ def _config_file(config) -> str:
         "# The configuration `course grade` graded this batch with (written by it).",
         "c = get_config()  # noqa",
     ]
-    for section, values in config.items():
-        lines += [f"c.{section}.{key} = {value!r}" for key, value in values.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _config_lines("c", config)) + "\n"
+
+
+def _config_lines(prefix: str, section: Config) -> list[str]:
+    """`prefix.key = value` for each setting, nested sections (GenerateFeedback.HTMLExporter) included."""
+    lines = []
+    for key, value in section.items():
+        if isinstance(value, Config):
+            lines += _config_lines(f"{prefix}.{key}", value)
+        else:
+            lines.append(f"{prefix}.{key} = {value!r}")
+    return lines
 
 
 # ------------------------------------------------------------------------------ the batch
@@ -409,6 +431,7 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
             "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `dnf install "
             "bubblewrap`), or pass --no-sandbox to grade trusted submissions without one."
         )
+    source, out = source.resolve(), out.resolve()  # nbgrader resolves paths against its course root
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "case_seed"
@@ -419,6 +442,7 @@ def grade(source: Path, out: Path, *, jobs: int = 1, limits: Limits = Limits()) 
     prepare_template(work)
     batch = _start_batch(work, seed)
     try:
+        install_mathjax(out / "feedback")  # the pages' maths renders offline
         results += _grade_all(submissions, out, limits, batch, max(1, jobs))
     finally:
         _end_batch(batch, "sandboxes were left by grading workers killed midway")

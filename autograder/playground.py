@@ -23,6 +23,7 @@ NOISE = 0.04  # standard deviation of the Gaussian jitter added to every point
 N_TRAIN, N_TEST = 300, 200
 GRID_LIMIT = 1.25  # the boundary is drawn on [-GRID_LIMIT, GRID_LIMIT]^2
 COLOURS = ("#1f77b4", "#ff7f0e")  # class 0, class 1
+PLAIN_TEXT = "The spirals playground: a widget, shown where widgets render (JupyterLab, Jupyter Notebook)"
 
 
 @contextmanager
@@ -162,6 +163,13 @@ class SpiralsPlayground(widgets.VBox):
                 self.output,
             ]
         )
+
+    def _repr_mimebundle_(self, **kwargs):
+        """Where widgets do not render (a plain frontend, the feedback page), one line instead of
+        the widget's reprs of its sliders."""
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        bundle["text/plain"] = PLAIN_TEXT
+        return bundle
 
     def retrain(self) -> PlaygroundRun | None:
         """Train with the current settings and replace the Output's content by the new figure."""

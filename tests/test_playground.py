@@ -73,3 +73,10 @@ def test_a_broken_model_is_reported_in_the_output_not_raised():
     text = "".join(o.get("text", "") for o in box.output.outputs)
     assert "ValueError: no such layer" in text
     assert not box.train_button.disabled
+
+
+def test_where_widgets_do_not_render_the_playground_reads_as_one_line():
+    bundle = spirals_playground(*reference_mlp_and_train())._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    text = bundle["text/plain"]
+    assert text.startswith("The spirals playground: a widget") and "\n" not in text

@@ -1,0 +1,111 @@
+"""Feedback pages as their readers see them: one notebook graded end to end, its page read.
+
+The summary names the question of each test cell, a failed verdict wraps instead of
+scrolling sideways, the self-study widget shows as one line of text, and the maths renders
+from the MathJax copied beside the pages, with no network. The same holds for the page that
+nbgrader's own generate_feedback writes in OUT/course (one folder deeper).
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import grading
+from autograder.checks import CHECKS
+from autograder.feedback import MATHJAX_FOLDER, question
+from autograder.reference import assignment_of, mistakes
+
+from .feedback import page_text
+from .submissions import mutant
+
+ASSIGNMENT = "07_rmsnorm"
+STUDENT = "ann"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CANARY = Path(__file__).with_name("canary.py")
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict[str, Path]:
+    """A submission whose _norm adds eps outside the root (failed checks with long verdicts),
+    graded without the sandbox (the notebook is ours), and the two pages made of it."""
+    submissions = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("out")
+    check = CHECKS["07.rmsnorm_norm"]
+    mistake = mistakes("07.rmsnorm_norm")[0]
+    notebook = mutant(ASSIGNMENT, check.answer_cell, check.target, mistake.impl)
+    (submissions / STUDENT).mkdir()
+    nbformat.write(notebook, submissions / STUDENT / f"{ASSIGNMENT}.ipynb")
+    limits = grading.Limits(cell_timeout=30, notebook_timeout=120, sandboxed=False)
+    [result] = grading.grade(submissions, out, limits=limits)
+    assert result.status == "graded", result
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    command = [str(nbgrader), "generate_feedback", ASSIGNMENT, f"--student={STUDENT}", "--force"]
+    done = subprocess.run(command, cwd=out / "course", capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {
+        "batch": out / "feedback" / STUDENT / f"{ASSIGNMENT}.html",
+        "course": out / "course" / "feedback" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.html",
+    }
+
+
+def _summary(page: Path) -> list[str]:
+    toc = re.search(r'<div id="toc">(.*?)</div>', page.read_text(), re.DOTALL).group(1)
+    return re.findall(r'<li><a href="#[^"]+">([^<]*)</a>', toc)
+
+
+@pytest.mark.parametrize("which", ["batch", "course"])
+def test_the_summary_names_each_question(pages, which):
+    names = [name for name in CHECKS if assignment_of(name) == ASSIGNMENT]
+    expected = [f"{name} ({cases} cases)" for name in names for cases in ("visible", "hidden")]
+    assert sorted(_summary(pages[which])) == sorted(expected)  # each once, none left as "Test cell"
+
+
+@pytest.mark.parametrize("which", ["batch", "course"])
+def test_the_page_wraps_outputs_and_shows_no_widget_repr(pages, which):
+    page = pages[which]
+    assert "white-space: pre-wrap" in page.read_text()
+    text = page_text(page)
+    assert "FAILED" in text and "Looks like: " in text
+    assert "VBox(" not in text and "HBox(" not in text
+    assert 'Hints and the solution: the widget in the notebook, or study("07.rmsnorm", text=True)' in text
+
+
+@pytest.mark.parametrize("which", ["batch", "course"])
+def test_mathjax_comes_from_beside_the_page(pages, which):
+    html = pages[which].read_text()
+    scripts = re.findall(r'<script src="([^"]*)"', html)
+    assert scripts == [s for s in scripts if not re.match(r"[a-z]+:", s)], scripts  # no CDN, no URL
+    [mathjax] = [s for s in scripts if "MathJax.js" in s]
+    assert (pages[which].parent / mathjax.split("?")[0]).resolve().is_file()
+    assert f"/{MATHJAX_FOLDER}/" in mathjax
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
+def test_in_a_browser_offline_the_maths_renders_and_verdicts_wrap(pages):
+    done = subprocess.run(
+        [sys.executable, str(CANARY), "--read", *map(str, pages.values())],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for page, seen in json.loads(done.stdout).items():
+        maths = seen["maths"]
+        assert isinstance(maths, dict), (page, maths)  # MathJax loaded and finished
+        assert maths["typeset"] > 10 and maths["drawn"] == maths["typeset"] and maths["errors"] == 0, page
+        assert seen["scrolling"] == 0, page  # every output fits its box at 1280 pixels
+        assert seen["outside"] == [] and seen["pwned"] is None, page
+
+
+def test_a_question_is_named_by_the_checks_its_cell_calls():
+    assert question('check("07.rmsnorm", RMSNorm)') == "07.rmsnorm (visible cases)"
+    hidden = '### BEGIN HIDDEN TESTS\ncheck("07.rmsnorm", RMSNorm, hidden=True)\n### END HIDDEN TESTS'
+    assert question(hidden) == "07.rmsnorm (hidden cases)"
+    assert question('check("00.a", f)\ncheck("00.b", g)') == "00.a (visible cases), 00.b (visible cases)"
+    assert question("print(1)") is None and question("check(") is None
