@@ -1,7 +1,8 @@
 """Checks of notebook 07, RMSNorm.
 
-Key: B batch, T sequence length, D hidden size. Several cases use inputs whose mean square
-is close to eps: only there does the place of eps (inside or outside the root) show.
+Key: B batch, T sequence length, D hidden size; a row is one hidden vector x[b, t, :].
+Several cases use inputs whose mean square is close to eps: only there does the place of eps
+(inside the root, outside it, or added to the inverse root) show.
 """
 
 import torch
@@ -9,36 +10,67 @@ import torch.nn.functional as F
 
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
 
-# (shape, eps, scale of x): scale 1e-3 with eps 1e-6, and eps 0.5, make eps matter.
-SHAPES = [((2, 5, 16), 1e-6, 1.0), ((3, 8), 0.5, 0.3), ((1, 4, 32), 1e-6, 1e-3), ((2, 3, 8), 1e-5, 1e3)]
+# (shape, eps, scale of x). A diagnosis is read on the first failing case, so the first case
+# tells every catalogued mistake apart: eps 0.1 next to a mean square of ~0.09 separates the
+# places of eps, and B = 2, T = 4 separate the reductions over the wrong dimensions. Scale 1e-3
+# with eps 1e-6, and eps 0.5, make eps matter too.
+SHAPES = [
+    ((2, 4, 8), 0.1, 0.3),
+    ((2, 5, 16), 1e-6, 1.0),
+    ((3, 8), 0.5, 0.3),
+    ((1, 4, 32), 1e-6, 1e-3),
+    ((2, 3, 8), 1e-5, 1e3),
+]
 
 
-def norm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+def _random_inputs(g: torch.Generator, hidden: bool) -> list[tuple[str, dict, float]]:
+    """(case name, inputs, scale of x) for the shapes above, and three random ones when hidden."""
     shapes = list(SHAPES)
     if hidden:
         for _ in range(3):
             b, t, d = (int(torch.randint(1, n, (), generator=g)) for n in (4, 30, 65))
             eps = float(10 ** torch.empty(()).uniform_(-6, 0, generator=g))
             shapes.append(((b, t, d), eps, float(10 ** torch.empty(()).uniform_(-3, 3, generator=g))))
-    cases = []
+    found = []
     for shape, eps, scale in shapes:
         x = torch.randn(shape, generator=g) * scale
         x[..., 0, :] = 0.0  # an all-zero vector must come out as zeros, not NaN
         name = f"x of shape {shape} (|x| ~ {scale:g}, first row all zeros), eps={eps:g}"
-        cases.append(Case(name, {"x": x, "eps": eps, "weight": torch.randn(shape[-1], generator=g)}))
+        found.append((name, {"x": x, "eps": eps, "weight": torch.randn(shape[-1], generator=g)}, scale))
+    return found
+
+
+def norm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = []
+    for name, inputs, scale in _random_inputs(g, hidden):
+        x = inputs["x"]
+        # A new last row, three times larger: a reduction that mixes rows moves the others.
+        changed = x.clone()
+        changed[(-1,) * (x.dim() - 1)] = 3 * scale * torch.randn(x.shape[-1], generator=g)
+        cases.append(Case(name, {**inputs, "x_last_row_changed": changed}))
     return cases
 
 
 BFLOAT16 = "a bfloat16 model: bfloat16 in, bfloat16 out"
 
 
+def _pytorch_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+
+
 def module_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    cases = norm_cases(g, hidden)
+    # Each case carries PyTorch's normalised x, made here, outside the run and its watch for
+    # library calls: run_module puts it in place of the student's _norm.
+    cases = [
+        Case(name, {**inputs, "normed": _pytorch_norm(inputs["x"], inputs["eps"])})
+        for name, inputs, _ in _random_inputs(g, hidden)
+    ]
     x = torch.randn(2, 4, 16, generator=g)
     x[..., 0, :] = 0.0
     # A bfloat16 model has a bfloat16 weight: the given forward and Llama's
     # (`self._norm(x.float()).type_as(x) * self.weight`) then both return bfloat16.
-    bf16 = {"x": x.bfloat16(), "eps": 1e-6, "weight": torch.randn(16, generator=g).bfloat16()}
+    x, weight = x.bfloat16(), torch.randn(16, generator=g).bfloat16()
+    bf16 = {"x": x, "eps": 1e-6, "weight": weight, "normed": _pytorch_norm(x, 1e-6)}
     name = "bfloat16 x of shape (2, 4, 16) in a module cast to bfloat16 (first row all zeros), eps=1e-06"
     return [*cases, Case(name, bf16, concern=BFLOAT16)]
 
@@ -46,11 +78,52 @@ def module_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 def run_norm(rmsnorm_class, case: Case) -> Outputs:
     x = case.inputs["x"]
     module = _with_weight(rmsnorm_class, case)  # a _norm that applies the weight too shows up here
-    return {"normed": module._norm(x), "normed_10x": module._norm(10 * x)}
+    return {
+        "normed": module._norm(x),
+        "normed_10x": module._norm(10 * x),
+        "normed_last_row_changed": module._norm(case.inputs["x_last_row_changed"]),
+    }
+
+
+NOT_CALLED_ON_X = (
+    "forward should call self._norm on x itself, as the given forward does with self._norm(x.float()): "
+    "this check puts PyTorch's RMSNorm of x in place of your _norm, and your forward called it on "
+    "another tensor"
+)
+
+
+class _PrecomputedNorm:
+    """What 07.rmsnorm puts in place of the student's _norm: PyTorch's RMSNorm of the case's x,
+    computed with the cases. It answers no question: it knows the answer for one tensor only."""
+
+    def __init__(self, x: torch.Tensor, normed: torch.Tensor):
+        self.x, self.normed = x, normed
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        same = (
+            x.shape[-1:] == self.x.shape[-1:]
+            and x.numel() == self.x.numel()
+            and torch.equal(x.detach().reshape(self.x.shape).to(self.x.dtype), self.x)
+        )
+        if not same:
+            raise ValueError(NOT_CALLED_ON_X)
+        return self.normed.reshape(x.shape).to(x.dtype, copy=True)
 
 
 def run_module(rmsnorm_class, case: Case) -> Outputs:
-    return {"y": _with_weight(rmsnorm_class, case)(case.inputs["x"])}
+    """This question grades __init__ and forward alone: a known right _norm replaces the student's,
+    whose bugs cost points in 07.rmsnorm_norm only, once it is more than the unfilled stub."""
+    module = _with_weight(rmsnorm_class, case)
+    x = case.inputs["x"]
+    try:
+        module._norm(x.clone().float())  # a copy: a _norm that works in place must not change x
+    except (NotImplementedError, TypeError) as error:
+        if isinstance(error, NotImplementedError) or "must derive from BaseException" in str(error):
+            raise  # `raise NotImplementedError()`, or the original homework's `raise NotImplemented`
+    except Exception:
+        pass  # any other error of _norm is for 07.rmsnorm_norm to report
+    module._norm = _PrecomputedNorm(x, case.inputs["normed"])
+    return {"y": module(x)}
 
 
 def _with_weight(rmsnorm_class, case: Case):
@@ -59,6 +132,44 @@ def _with_weight(rmsnorm_class, case: Case):
     with torch.no_grad():
         module.weight.copy_(case.inputs["weight"])
     return module
+
+
+def _index(row: tuple[int, ...]) -> str:
+    return f"({', '.join(map(str, row))})"
+
+
+def _rows_have_rms_one(case: Case, out: Outputs) -> str | None:
+    """rms(_norm(x)) = sqrt(m / (m + eps)) for a row of mean square m: 1, less what eps takes."""
+    x, y, eps = case.inputs["x"], out.get("normed"), case.inputs["eps"]
+    if y is None or y.shape != x.shape:
+        return None
+    mean_square = x.double().pow(2).mean(-1)
+    want = (mean_square / (mean_square + eps)).sqrt()
+    got = y.double().pow(2).mean(-1).sqrt()
+    gap = (got - want).abs().where(torch.isfinite(y).all(-1), 0.0)  # NaN rows are named by the comparison
+    if gap.max().item() <= 1e-4:
+        return None
+    row = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    return (
+        "each row of _norm(x) should have RMS 1, or less where eps is not negligible next to the row's "
+        f"mean square m (sqrt(m / (m + eps))); the row at index {_index(row)} has RMS "
+        f"{got[row].item():.3g}, expected {want[row].item():.3g}"
+    )
+
+
+def _rows_are_independent(case: Case, out: Outputs) -> str | None:
+    x, y, y_changed = case.inputs["x"], out.get("normed"), out.get("normed_last_row_changed")
+    if y is None or y_changed is None or y.shape != x.shape or y_changed.shape != x.shape:
+        return None
+    rows, rows_changed = y.flatten(0, -2)[:-1], y_changed.flatten(0, -2)[:-1]  # all but the changed row
+    moved = ~torch.isclose(rows_changed, rows, rtol=1e-5, atol=1e-6, equal_nan=True).all(-1)
+    if not moved.any():
+        return None
+    row = tuple(int(i) for i in torch.unravel_index(moved.nonzero()[0, 0], x.shape[:-1]))
+    return (
+        f"changing the last row of x changed the row at index {_index(row)} of _norm(x) too: "
+        "each row must be divided by its own RMS, computed from that row alone"
+    )
 
 
 def _scale_invariant(case: Case, out: Outputs) -> str | None:
@@ -74,7 +185,7 @@ def _scale_invariant(case: Case, out: Outputs) -> str | None:
     gap = (y - y10).abs().max().item()
     if gap <= allowed:
         return None
-    return f"_norm(10 * x) should equal _norm(x) up to {allowed:.3g} (eps); they differ by up to {gap:.3g}"
+    return f"_norm(10 * x) should equal _norm(x), but for what eps changes; they differ by up to {gap:.3g}"
 
 
 def _no_nan_on_zeros(case: Case, out: Outputs) -> str | None:
@@ -82,21 +193,27 @@ def _no_nan_on_zeros(case: Case, out: Outputs) -> str | None:
     if y.shape != case.inputs["x"].shape:
         return None
     zeros = y[..., 0, :].float()
-    return (
-        None if torch.isfinite(zeros).all() and (zeros == 0).all() else "an all-zero vector must give zeros"
-    )
+    bad = ~(torch.isfinite(zeros) & (zeros == 0))
+    if not bad.any():
+        return None
+    return f"an all-zero row of x must give zeros, not {zeros[bad][0].item():.3g}"
 
 
 def _matches_torch(case: Case, out: Outputs) -> str | None:
     x, y = case.inputs["x"], out.get("y")
     if y is None or y.shape != x.shape:
         return None
-    want = F.rms_norm(x.float(), (x.shape[-1],), case.inputs["weight"].float(), case.inputs["eps"]).to(
-        x.dtype
-    )
-    gap = (y.float() - want.float()).abs().max().item()
-    limit = 5e-2 if x.dtype == torch.bfloat16 else 1e-4 * max(1.0, want.abs().max().item())
-    return None if gap <= limit else f"torch.nn.functional.rms_norm differs by up to {gap:.3g}"
+    want = F.rms_norm(x.float(), (x.shape[-1],), case.inputs["weight"].float(), case.inputs["eps"])
+    if not torch.isfinite(y).all():
+        return "the layer's output has NaN or infinite values where torch.nn.functional.rms_norm has none"
+    off = (y.float() - want).abs()
+    if x.dtype == torch.bfloat16:  # rounded to 8 significant bits, once or (Llama's forward) twice
+        allowed = 1e-2 + 2e-2 * want.abs()
+    else:
+        allowed = torch.full_like(want, 1e-4 * max(1.0, want.abs().max().item()))
+    if (off <= allowed).all():
+        return None
+    return f"the layer's output is off torch.nn.functional.rms_norm by up to {off.max().item():.3g}"
 
 
 # PyTorch's RMSNorm, the answer to both questions; nn.RMSNorm calls the first.
@@ -105,25 +222,40 @@ LIBRARY_RMS_NORM = library_calls("torch.nn.functional.rms_norm", "torch.rms_norm
 NO_WEIGHT = ErrorHint(
     "has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."
 )
+SIGNATURE = ErrorHint(
+    "unexpected keyword argument 'eps'", "keep the given signature: RMSNorm(hidden_size, eps=1e-6)."
+)
 
 NORM = Check(
     name="07.rmsnorm_norm",
     target="RMSNorm",
     answer="rmsnorm",
-    error_hints=[NO_WEIGHT],
+    error_hints=[NO_WEIGHT, SIGNATURE],
     cases=norm_cases,
     run=run_norm,
-    outputs={"normed": "_norm(x)", "normed_10x": "_norm(10 * x)"},
+    outputs={
+        "normed": "_norm(x)",
+        "normed_10x": "_norm(10 * x)",
+        "normed_last_row_changed": "_norm(x) after a change to the last row of x",
+    },
     forbidden=LIBRARY_RMS_NORM,
     properties=[
+        Property("each row has RMS 1 up to eps", _rows_have_rms_one),
+        Property("rows are independent", _rows_are_independent),
         Property("scale invariance", _scale_invariant),
         Property("zero vector gives zeros", _no_nan_on_zeros),
     ],
     hints=[
-        "Normalise along the last dimension only: each hidden vector by its own root mean square.",
-        "rms(x) = sqrt(mean(x ** 2) + eps): the mean of the squares, with eps inside the root.",
-        "torch.rsqrt(v) is 1 / sqrt(v); keep the mean's dimension (keepdim=True) so it broadcasts over D.",
-        "_norm does not touch self.weight: forward multiplies by it.",
+        "x has shape (..., D): how many numbers do you divide by, one per tensor, one per feature, or one "
+        "per row of D features? Which dimension do you reduce over to get them?",
+        "Test it in a new cell, with norm = RMSNorm(8) and x = torch.randn(2, 3, 8): "
+        "norm._norm(x).pow(2).mean(-1) should be all ~1, norm._norm(10 * x) should equal norm._norm(x), "
+        "norm._norm(torch.zeros(1, 8)) should be zeros (not NaN), and changing x[0, 0] should change "
+        "no other row of the output.",
+        "_norm(x) = x / sqrt(mean(x ** 2) + eps), the mean over the last dimension: square first, average "
+        "over D (not a sum, not centred), eps inside the root.",
+        "torch.rsqrt(v) is 1 / sqrt(v); x.pow(2).mean(dim=-1, keepdim=True) has shape (..., 1) and "
+        "broadcasts against x. _norm leaves self.weight to forward.",
     ],
 )
 
@@ -139,10 +271,22 @@ MODULE = Check(
         Property("matches torch.nn.functional.rms_norm", _matches_torch),
         Property("zero vector gives zeros", _no_nan_on_zeros),
     ],
-    error_hints=[NO_WEIGHT],
+    error_hints=[
+        NO_WEIGHT,
+        SIGNATURE,
+        ErrorHint(
+            "doesn't match the broadcast shape",
+            "`weight` must have one entry per feature: nn.Parameter(torch.ones(hidden_size)).",
+        ),
+    ],
     hints=[
-        "forward is given: it calls your _norm in float32, multiplies by weight and casts back.",
-        "If this fails while 07.rmsnorm_norm passes, look at what you changed in forward or __init__.",
+        "This check puts a right _norm in place of yours, so it grades only __init__ and forward, "
+        "which are given: what does forward do with the dtype of x, and where does self.weight come in?",
+        "Test the layer in a new cell: RMSNorm(16).to(torch.bfloat16)(torch.randn(2, 16).bfloat16()) "
+        "should be bfloat16; with norm.weight filled with 2, norm(x) should be 2 * norm._norm(x).",
+        "y = weight * _norm(x computed in float32), cast back to the dtype of x.",
+        "The given forward: (self._norm(x.float()) * self.weight.float()).type_as(x). "
+        "Llama's self._norm(x.float()).type_as(x) * self.weight is right too.",
     ],
 )
 
