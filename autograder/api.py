@@ -117,7 +117,7 @@ def judge_results(name: str, cases: list[Case], results: list, *, hidden: bool) 
     # The known mistakes only serve a diagnosis: run them once a result is wrong.
     expected, known = live_expectations(name, cases, with_mistakes=False)
     verdict = judge(check, cases, results, expected, known)
-    if not verdict.passed:
+    if not verdict.passed or any(not part.passed for part in verdict.parts):  # advice parts too
         expected, known = live_expectations(name, cases)
         verdict = judge(check, cases, results, expected, known)
     return verdict.worth(points(name, hidden))

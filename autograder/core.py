@@ -500,7 +500,9 @@ def compare_tensors(check: Check, key: str, got: Tensor, want: Tensor) -> str | 
 
 
 def _at(index: tuple[int, ...]) -> str:
-    return f" at index {index}" if index else ""
+    if not index:
+        return ""
+    return f" at index {index[0]}" if len(index) == 1 else f" at index {index}"
 
 
 def _fmt(x: Tensor) -> str:
@@ -573,6 +575,8 @@ def _distance(result: Outputs, other: Outputs, reference: Outputs) -> float:
         got, scale = result.get(key), reference.get(key)
         tensors = (got, want, scale)
         if not all(isinstance(t, Tensor) and t.shape == want.shape for t in tensors):
+            return math.inf
+        if len({t.is_complex() for t in tensors}) > 1:  # a real result for a complex answer, say
             return math.inf
         g, w, s = (torch.view_as_real(t) if t.is_complex() else t for t in tensors)
         g, w, s = g.double(), w.double(), s.double()

@@ -26,12 +26,56 @@ def rotation_matrix_complex(dim, context_size, period):
 
 
 class _RoPE(nn.Module):
+    """The table as a plain attribute, as the original homework and Meta's Llama keep it."""
+
     def __init__(self, rotation_matrix):
         super().__init__()
-        self.register_buffer("rotation_matrix", rotation_matrix, persistent=False)
+        self.rotation_matrix = rotation_matrix
 
     def forward(self, queries, keys):
         return self._rotate(queries), self._rotate(keys)
+
+
+class RoPEHomework(_RoPE):
+    """The original homework's steps (Questions 7-10) on the input as it comes: float32 in, float32 out."""
+
+    def forward(self, queries, keys):
+        B, H, T, Dh = queries.shape
+        queries_complex = torch.view_as_complex(queries.reshape(B, H, T, Dh // 2, 2))
+        keys_complex = torch.view_as_complex(keys.reshape(B, H, T, Dh // 2, 2))
+        queries_rotated = queries_complex * self.rotation_matrix[:T]
+        keys_rotated = keys_complex * self.rotation_matrix[:T]
+        return (
+            torch.view_as_real(queries_rotated).reshape(B, H, T, Dh),
+            torch.view_as_real(keys_rotated).reshape(B, H, T, Dh),
+        )
+
+
+class RoPEAssertsFloat32(RoPEHomework):
+    """Refuses anything but float32, which is all the homework asks for."""
+
+    def forward(self, queries, keys):
+        assert queries.dtype == keys.dtype == torch.float32, "RoPE expects float32 queries and keys"
+        return super().forward(queries, keys)
+
+
+class RoPEFloat32Out(_RoPE):
+    """Computes in float32 and returns float32, whatever the input's dtype."""
+
+    def _rotate(self, x):
+        z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))  # (B, H, T, Dh/2)
+        return torch.view_as_real(z * self.rotation_matrix[: x.shape[-2]]).flatten(-2)
+
+
+class RoPELlama(_RoPE):
+    """Meta's apply_rotary_emb: the table reshaped for broadcasting (with an assert), .type_as back."""
+
+    def _rotate(self, x):
+        z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (B, H, T, Dh/2)
+        table = self.rotation_matrix[: x.shape[-2]]
+        assert table.shape == z.shape[-2:]
+        table = table.view(1, 1, *table.shape)  # (1, 1, T, Dh/2)
+        return torch.view_as_real(z * table).flatten(3).type_as(x)
 
 
 class RoPEReal(_RoPE):
@@ -69,6 +113,13 @@ def interleaved_to_half_transpose(dim):
 
 ALTERNATIVES = {
     "04.rotation_matrix": [rotation_matrix_exp, rotation_matrix_complex],
-    "04.rope_forward": [RoPEReal, RoPEBlockDiagonal],
+    "04.rope_forward": [
+        RoPEHomework,
+        RoPEAssertsFloat32,
+        RoPEFloat32Out,
+        RoPELlama,
+        RoPEReal,
+        RoPEBlockDiagonal,
+    ],
     "04.half_split_permutation": [interleaved_to_half_comprehension, interleaved_to_half_transpose],
 }

@@ -160,7 +160,7 @@ def test_a_0_dim_output_reads_as_a_sentence():
     message = compare_tensors(TOY, "total", torch.tensor(0.0), torch.tensor(1.5))
     assert message == "the sum of the doubled tensor is 0, expected 1.5"
     flags = compare_tensors(TOY, "y", torch.tensor([True, False]), torch.tensor([True, True]))
-    assert flags == "the doubled tensor at index (1,) is False, expected True (1 of 2 values differ)"
+    assert flags == "the doubled tensor at index 1 is False, expected True (1 of 2 values differ)"
 
 
 def test_two_mistakes_at_once_are_each_named_for_what_they_explain():

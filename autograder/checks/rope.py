@@ -55,12 +55,16 @@ ROTATION_MATRIX = Check(
     properties=[Property("unit modulus", _unit_modulus), Property("row 0 is the identity", _row0_identity)],
     # Angles reach ~300 rad in the hidden cases, where float32 rounds them by ~3e-5.
     extra_tolerance={torch.complex64: (1e-5, 1e-4)},
+    outputs={"rotation_matrix": "the rotation table"},
     hints=[
-        "Build it in four steps: a frequency per pair k, a position per token p, their outer product "
-        "theta[p, k] = p * freq[k], then e^(i theta).",
-        "freq[k] = 1 / period ** (2k / dim) for k = 0 .. dim/2 - 1: "
-        "`torch.arange(0, dim, 2)` gives 2k directly.",
-        "torch.polar(abs, angle) builds abs * e^(i angle); the modulus is all ones.",
+        "Which angle turns pair k of the token at position p, and which pair turns fastest? "
+        "Write theta[p, k] with one frequency w_k per pair before writing any code.",
+        "Test your table: get_rotation_matrix(4, 3, 100.0) must have shape (3, 2), every |z| = 1, "
+        "row 0 all 1+0j, and row 1's angles (table[1].angle()) equal to [1.0, 0.1].",
+        "w_k = 1 / period ** (2k / dim) for k = 0 .. dim/2 - 1; theta[p, k] = p * w_k for "
+        "p = 0 .. context_size - 1; the entry is e^(i theta) = cos(theta) + i sin(theta).",
+        "torch.arange(0, dim, 2, dtype=torch.float32) gives the 2k; torch.outer(positions, freqs) gives "
+        "the (context_size, dim // 2) angles; torch.polar(abs, angle) with abs all ones makes e^(i angle).",
     ],
 )
 
@@ -70,13 +74,16 @@ ROPE_SHAPES = [(2, 3, 5, 8, 12), (1, 1, 1, 2, 4), (1, 2, 7, 16, 7), (3, 2, 6, 4,
 
 
 def random_rotation_table(g: torch.Generator, context: int, half: int) -> torch.Tensor:
-    """e^(i p f_k) for random frequencies f_k: a valid table that is not the reference's."""
+    """e^(i p f_k) for random frequencies f_k: a valid table that is not the reference's, so a
+    forward that rebuilds its own table instead of using the one it is given fails."""
     freqs = torch.rand(half, generator=g) * 1.5 + 0.01
     angles = torch.outer(torch.arange(context, dtype=torch.float32), freqs)
     return torch.polar(torch.ones_like(angles), angles)
 
 
-BFLOAT16 = "bfloat16 q and k keep their dtype"
+CORE = "float32 q and k"
+CAST = "a module cast to bfloat16 and back keeps its table"
+BFLOAT16 = "a bfloat16 model: bfloat16 q and k in, bfloat16 out"
 
 
 def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -100,19 +107,26 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     cases.append(
         Case("one q and one k repeated over T=9 positions", {"q": q, "k": k, "rotation_matrix": table})
     )
+    # A model is cast with .to(dtype), which casts every buffer and parameter: a complex table kept
+    # as a buffer becomes real (its cosines). Angles up to ~17 rad: bfloat16 would round them too.
+    q, k = torch.randn(2, 1, 2, 12, 8, generator=g)
+    cast_back = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, 16, 4)}
+    cast_back["module_casts"] = ["bfloat16", "float32"]
+    name = "float32 q and k in a module cast to bfloat16 and back to float32, B=1 H=2 T=12 Dh=8 context=16"
+    cases.append(Case(name, cast_back, concern=CAST))
     q, k = torch.randn(2, 2, 2, 4, 6, generator=g)
+    bf16 = {"q": q.bfloat16(), "k": k.bfloat16(), "rotation_matrix": random_rotation_table(g, 8, 3)}
+    bf16["module_casts"] = ["bfloat16"]
     cases.append(
-        Case(
-            "bfloat16 q and k, B=2 H=2 T=4 Dh=6",
-            {"q": q.bfloat16(), "k": k.bfloat16(), "rotation_matrix": random_rotation_table(g, 8, 3)},
-            concern=BFLOAT16,
-        )
+        Case("bfloat16 q and k in a module cast to bfloat16, B=2 H=2 T=4 Dh=6", bf16, concern=BFLOAT16)
     )
     return cases
 
 
 def run_rope(rope_class, case: Case) -> Outputs:
     rope = rope_class(case.inputs["rotation_matrix"])
+    for dtype in case.inputs.get("module_casts", []):
+        rope = rope.to(getattr(torch, dtype))
     q, k = rope(case.inputs["q"], case.inputs["k"])
     return {"queries": q, "keys": k}
 
@@ -172,14 +186,21 @@ def _relative_scores(case: Case, out: Outputs) -> str | None:
     )
 
 
+NOT_COMPLEX = (
+    "the table is no longer complex: module.to(torch.bfloat16) casts every buffer and parameter, and a "
+    "complex one becomes real. Keep the table a plain attribute (self.rotation_matrix = rotation_matrix), "
+    "as the given __init__ does."
+)
+
 ROPE = Check(
     name="04.rope_forward",
     target="RoPE",
     cases=rope_cases,
     run=run_rope,
-    # The original homework never asks for another dtype: a RoPE that asserts float32 input,
-    # or returns float32, is right for it. The course's advice is reported, for no points.
-    concerns=[Concern("float32 q and k"), Concern(BFLOAT16, weight=0)],
+    # The original homework keeps the table as a plain attribute, which .to() leaves alone, and never
+    # asks for another dtype: a RoPE that asserts float32 input, or returns float32, is right for it.
+    # The course's bfloat16 advice is reported, for no points.
+    concerns=[Concern(CORE, weight=3), Concern(CAST, weight=1), Concern(BFLOAT16, weight=0)],
     outputs={"queries": "the tensor of rotated queries", "keys": "the tensor of rotated keys"},
     properties=[
         Property("keeps the norm of every pair", _keeps_norms),
@@ -195,21 +216,31 @@ ROPE = Check(
         ),
         ErrorHint(
             "view_as_complex is only supported for",
-            "view_as_complex needs float32 or float64: compute in float32 (x.float()) and cast back "
-            "with .type_as(x).",
+            "view_as_complex refuses bfloat16 (it takes float16, float32 and float64): rotate x.float() "
+            "and return the result .type_as(x).",
         ),
         ErrorHint(
             "Tensor must have a last dimension of size 2",
             "reshape to (B, H, T, Dh // 2, 2) before view_as_complex.",
         ),
+        ErrorHint("is not implemented for tensors with non-complex dtypes", NOT_COMPLEX),
+        ErrorHint("is only supported for complex tensors", NOT_COMPLEX),
+        ErrorHint(
+            "has no attribute 'to'",
+            "RoPE must be an nn.Module (class RoPE(nn.Module), calling super().__init__()): a model "
+            "casts and moves its layers with .to().",
+        ),
     ],
     hints=[
-        "Pair features (0, 1), (2, 3), ...: reshape the last dimension to (Dh // 2, 2) and view each pair "
-        "as one complex number.",
-        "Multiplying a complex number by e^(i theta) rotates it by theta. Use the table given to __init__: "
-        "self.rotation_matrix[:T] has shape (T, Dh // 2) and broadcasts over B and H.",
-        "view_as_complex wants float32: work on x.float(), then view_as_real, flatten the last two "
-        "dimensions and return .type_as(x).",
+        "Which two features form pair k, and which row of the table belongs to the token at position t? "
+        "A complex number a + ib times e^(i theta) is the pair (a, b) rotated by theta.",
+        "Test it on pairs you can predict: x = torch.zeros(1, 1, T, Dh) with x[..., 0::2] = 1 puts every "
+        "pair at (1, 0), so the output pair k at position t must be (table[t, k].real, table[t, k].imag), "
+        "and position 0 must come out unchanged.",
+        "out[..., t, 2k] + i out[..., t, 2k+1] = (x[..., t, 2k] + i x[..., t, 2k+1]) * rotation_matrix[t, k] "
+        "for t < T: the first T rows of the table given to __init__, never a table of your own.",
+        "x.float().reshape(B, H, T, Dh // 2, 2) -> torch.view_as_complex -> times self.rotation_matrix[:T] "
+        "(it broadcasts over B and H) -> torch.view_as_real -> reshape to (B, H, T, Dh) -> .type_as(x).",
     ],
 )
 
@@ -231,11 +262,15 @@ HALF_SPLIT = Check(
     cases=permutation_cases,
     run=run_permutation,
     exact_dtype=False,
+    outputs={"permutation": "the permutation"},
     hints=[
-        "In the half-split form, feature i is paired with feature i + dim/2, "
-        "and pair i turns at frequency w_i.",
-        "So the interleaved pair k = (2k, 2k + 1) must land on positions (k, k + dim/2).",
-        "perm gathers: x[..., perm] puts the even features first, then the odd ones.",
+        "The interleaved layout keeps pair k at features (2k, 2k + 1). At which two positions does the "
+        "rotate-half layout keep the same pair, the one turning at frequency w_k?",
+        "Run the cell under your answer with dim = 8 (for dim 2 and 4 a permutation and its inverse are "
+        "the same): rope_half(x[..., perm], table) must equal RoPE(table)(x, x)[0][..., perm].",
+        "perm gathers, x_half[..., j] = x[..., perm[j]]: for k < dim/2, perm[k] = 2k (the first feature of "
+        "pair k) and perm[k + dim/2] = 2k + 1 (its second).",
+        "Two torch.arange calls with step 2, one starting at 0 and one at 1, joined with torch.cat.",
     ],
 )
 

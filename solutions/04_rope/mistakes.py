@@ -72,9 +72,67 @@ class DtypeNotPreserved(_RoPE):
         return torch.view_as_real(z * self._table(T)).reshape(B, H, T, Dh)
 
 
-class RotatesBackwards(_RoPE):
+class TableAsBuffer(_RoPE):
+    """What the course itself did first: .to(torch.bfloat16) turns the buffer into its real part."""
+
+    def __init__(self, rotation_matrix):
+        nn.Module.__init__(self)
+        self.register_buffer("rotation_matrix", rotation_matrix, persistent=False)
+
+
+class AnglesAsBuffer(_RoPE):
+    """The angles as a float buffer, made complex in forward: .to(torch.bfloat16) rounds them."""
+
+    def __init__(self, rotation_matrix):
+        nn.Module.__init__(self)
+        self.register_buffer("angles", rotation_matrix.angle(), persistent=False)
+
     def _table(self, T):
-        return self.rotation_matrix[:T].conj()
+        angles = self.angles[:T].float()
+        return torch.polar(torch.ones_like(angles), angles)
+
+
+class CosSinAsBuffers(_RoPE):
+    """cos and sin as float buffers: .to(torch.bfloat16) rounds them."""
+
+    def __init__(self, rotation_matrix):
+        nn.Module.__init__(self)
+        self.register_buffer("cos", rotation_matrix.real.contiguous(), persistent=False)
+        self.register_buffer("sin", rotation_matrix.imag.contiguous(), persistent=False)
+
+    def _table(self, T):
+        return torch.complex(self.cos[:T].float(), self.sin[:T].float())
+
+
+class RebuildsTable(_RoPE):
+    """Llama's default table (period 10 000) built from the input's shape; the given one is ignored."""
+
+    def _rotate(self, x):
+        self._dim = x.shape[-1]
+        return super()._rotate(x)
+
+    def _table(self, T):
+        freqs = 1.0 / 10_000.0 ** (torch.arange(0, self._dim, 2, dtype=torch.float32) / self._dim)
+        thetas = torch.outer(torch.arange(T, dtype=torch.float32), freqs)
+        return torch.polar(torch.ones_like(thetas), thetas)
+
+
+class PairsReadSwapped(_RoPE):
+    """Each pair read as x[2k+1] + i x[2k] and written back in the same swapped order."""
+
+    def _rotate(self, x):
+        B, H, T, Dh = x.shape
+        z = torch.view_as_complex(x.float().reshape(B, H, T, Dh // 2, 2).flip(-1).contiguous())
+        return torch.view_as_real(z * self._table(T)).flip(-1).reshape(B, H, T, Dh).type_as(x)
+
+
+class PairsReadSwappedOnly(_RoPE):
+    """Each pair read as x[2k+1] + i x[2k], but written back as (real, imaginary)."""
+
+    def _rotate(self, x):
+        B, H, T, Dh = x.shape
+        z = torch.view_as_complex(x.float().reshape(B, H, T, Dh // 2, 2).flip(-1).contiguous())
+        return torch.view_as_real(z * self._table(T)).reshape(B, H, T, Dh).type_as(x)
 
 
 class TableFromTheEnd(_RoPE):
@@ -91,39 +149,123 @@ def half_split_order_reversed(dim):
     return torch.cat([torch.arange(1, dim, 2), torch.arange(0, dim, 2)])
 
 
+def half_split_inverse(dim):
+    """Where each interleaved feature goes (a scatter index), not which feature each position takes."""
+    return torch.stack([torch.arange(dim // 2), torch.arange(dim // 2) + dim // 2], dim=-1).flatten()
+
+
 def identity_permutation(dim):
     return torch.arange(dim)
 
 
 MISTAKES = {
     "04.rotation_matrix": [
-        Mistake("frequencies period^(2k/dim) instead of 1 / period^(2k/dim)",
-                "the frequencies must shrink with k: freqs = 1.0 / period ** (2k / dim).", freqs_not_inverted),
-        Mistake("token positions start at 1", "positions are torch.arange(context_size): 0, 1, ..., C - 1.",
-                positions_from_one),
-        Mistake("one frequency per feature instead of per pair",
-                "use torch.arange(0, dim, 2): dim // 2 frequencies, one per pair.", every_feature_a_frequency),
-        Mistake("torch.polar's arguments swapped", "torch.polar(abs, angle): the moduli (ones) come first.",
-                polar_arguments_swapped),
-        Mistake("the angles are returned, not e^(i angle)", "finish with torch.polar(torch.ones_like(t), t).",
-                angles_not_exponentiated),
+        Mistake(
+            "frequencies period^(2k/dim) instead of 1 / period^(2k/dim)",
+            "the frequencies must shrink with k: freqs = 1.0 / period ** (2k / dim).",
+            freqs_not_inverted,
+        ),
+        Mistake(
+            "token positions start at 1",
+            "positions are torch.arange(context_size): 0, 1, ..., C - 1.",
+            positions_from_one,
+        ),
+        Mistake(
+            "one frequency per feature instead of per pair",
+            "use torch.arange(0, dim, 2): dim // 2 frequencies, one per pair.",
+            every_feature_a_frequency,
+        ),
+        Mistake(
+            "torch.polar's arguments swapped",
+            "torch.polar(abs, angle): the moduli (ones) come first.",
+            polar_arguments_swapped,
+        ),
+        Mistake(
+            "the angles are returned, not e^(i angle)",
+            "finish with torch.polar(torch.ones_like(t), t).",
+            angles_not_exponentiated,
+        ),
     ],
     "04.rope_forward": [
-        Mistake("pairs (i, i + Dh/2) (rotate-half layout) instead of interleaved pairs (2k, 2k + 1)",
-                "reshape the last dimension to (Dh // 2, 2) so that neighbours form a pair.", HalfSplitPairs),
-        Mistake("the output dtype is not the input's", "return the result .type_as(x): bfloat16 in, bfloat16 out.",
-                DtypeNotPreserved),
-        Mistake("rotation in the wrong direction", "multiply by the table itself, not its conjugate.",
-                RotatesBackwards),
-        Mistake("the wrong rows of the rotation table",
-                "position t uses row t: truncate with rotation_matrix[:T].", TableFromTheEnd),
-        Mistake("the keys are not rotated", "rotate both queries and keys (values are the ones left alone).",
-                KeysNotRotated),
+        Mistake(
+            "pairs (i, i + Dh/2) (rotate-half layout) instead of interleaved pairs (2k, 2k + 1)",
+            "reshape the last dimension to (Dh // 2, 2) so that neighbours form a pair.",
+            HalfSplitPairs,
+        ),
+        Mistake(
+            "forward rebuilds its own table instead of using the one passed to __init__",
+            "the checks pass tables of other frequencies, as a model with another period or Llama 3.1's "
+            "rescaled table would: multiply by self.rotation_matrix[:T].",
+            RebuildsTable,
+        ),
+        Mistake(
+            "every pair rotated by -theta, the wrong way round",
+            "reading each pair as x[2k+1] + i x[2k] and writing it back the same way does this, and so do "
+            "multiplying by the table's conjugate and the 2x2 form (a cos + b sin, -a sin + b cos). x[2k] "
+            "is the real part: view_as_complex on the (Dh // 2, 2) reshape as it is, with no flip or swap, "
+            "times self.rotation_matrix[:T].",
+            PairsReadSwapped,
+        ),
+        Mistake(
+            "each pair read as x[2k+1] + i x[2k]: real and imaginary parts swapped",
+            "x[2k] is the real part and x[2k+1] the imaginary part: view_as_complex on the (Dh // 2, 2) "
+            "reshape as it is, with no flip or swap; view_as_real gives them back in the same order.",
+            PairsReadSwappedOnly,
+        ),
+        Mistake(
+            "the wrong rows of the rotation table",
+            "position t uses row t: truncate with rotation_matrix[:T].",
+            TableFromTheEnd,
+        ),
+        Mistake(
+            "the keys are not rotated",
+            "rotate both queries and keys (values are the ones left alone).",
+            KeysNotRotated,
+        ),
+        Mistake(
+            "the table is kept as a buffer, which module.to(torch.bfloat16) turns into real numbers",
+            "keep the given __init__: a plain attribute (self.rotation_matrix = rotation_matrix) is left "
+            "alone by .to(), and forward moves it to the input's device.",
+            TableAsBuffer,
+        ),
+        Mistake(
+            "the angles are kept as a buffer, which module.to(torch.bfloat16) rounds to bfloat16",
+            "bfloat16 rounds an angle between 8 and 16 radians to a multiple of 1/16, even after a cast back "
+            "to float32. Keep the given __init__: the complex table as a plain attribute, which .to() leaves "
+            "alone.",
+            AnglesAsBuffer,
+        ),
+        Mistake(
+            "cos and sin are kept as buffers, which module.to(torch.bfloat16) rounds to bfloat16",
+            "bfloat16 keeps 8 significant bits (errors up to 0.002 on a cosine), even after a cast back to "
+            "float32. Keep the given __init__: the complex table as a plain attribute, which .to() leaves "
+            "alone.",
+            CosSinAsBuffers,
+        ),
+        Mistake(
+            "the output dtype is not the input's",
+            "return the result .type_as(x): bfloat16 in, bfloat16 out.",
+            DtypeNotPreserved,
+        ),
     ],
     "04.half_split_permutation": [
-        Mistake("odd features first", "even features (first of each pair) go to the first half.",
-                half_split_order_reversed),
-        Mistake("the identity permutation", "interleaved and half-split layouts differ: move feature 2k to k.",
-                identity_permutation),
+        Mistake(
+            "odd features first",
+            "even features (first of each pair) go to the first half.",
+            half_split_order_reversed,
+        ),
+        Mistake(
+            "the inverse permutation: where each interleaved feature goes, not which feature each "
+            "position takes",
+            "perm is used to gather, x_half = x[..., perm]: perm[j] is the interleaved feature that "
+            "position j of the half-split vector holds, so for k < dim/2, perm[k] is the first feature of "
+            "pair k.",
+            half_split_inverse,
+        ),
+        Mistake(
+            "the identity permutation",
+            "interleaved and half-split layouts differ: move feature 2k to k.",
+            identity_permutation,
+        ),
     ],
 }
