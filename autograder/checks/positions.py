@@ -4,6 +4,10 @@ Key: B batch, T sequence length, D hidden size, L max_seq_len, k offset between 
 The properties of Questions 3 and 4 compare with the sinusoidal table of the reference
 (`_with_pe_table`): no code of this package computes it, since that code would answer
 Question 1 for any student who imports it.
+
+Concerns: the seed (like the paper) fixes base = 10000, so Questions 1, 3 and 4 grade other bases
+apart; it never says what happens past a learned table's last row, so Question 5 grades the
+ValueError for T > max_seq_len apart.
 """
 
 import math
@@ -14,17 +18,18 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference
-from ..core import Case, Check, ErrorHint, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
 
 # ------------------------------------------------------------------ the reference's table
 
 
-def _with_pe_table(name: str, inputs: dict, rows: int) -> Case:
+def _with_pe_table(name: str, inputs: dict, rows: int, concern: str) -> Case:
     """A case whose judge_only holds PE[0 .. rows - 1] for its hidden_size and base, from the
     reference's sinusoidal_positional_encoding. These cases are drawn only where solutions/ is:
     at build time (which stores the visible ones, table included) and at grading time."""
     encode = reference.reference_object("02.sinusoidal", "sinusoidal_positional_encoding")
-    return Case(name, inputs, judge_only={"pe": encode(rows, inputs["hidden_size"], inputs["base"])})
+    table = encode(rows, inputs["hidden_size"], inputs["base"])
+    return Case(name, inputs, judge_only={"pe": table}, concern=concern)
 
 
 def _pe_at(case: Case, positions: torch.Tensor) -> torch.Tensor:
@@ -40,6 +45,15 @@ def _base(g: torch.Generator) -> float:
     return float(torch.randint(10, 20_001, (), generator=g))
 
 
+PAPER_BASE = 10000.0
+# A solution that hard-codes the paper's base, as the seed does, loses only the second concern.
+BASE_CONCERNS = [Concern("base 10000 (the paper's)", weight=3), Concern("other bases", weight=1)]
+
+
+def _base_concern(base: float) -> str:
+    return "" if base == PAPER_BASE else BASE_CONCERNS[1].name
+
+
 # ------------------------------------------------------------------ sinusoidal encoding
 
 PE_SHAPES = [(6, 8, 10000.0), (1, 2, 10000.0), (50, 16, 10000.0), (9, 2, 100.0), (12, 10, 50.0)]
@@ -48,14 +62,18 @@ PE_SHAPES = [(6, 8, 10000.0), (1, 2, 10000.0), (50, 16, 10000.0), (9, 2, 100.0),
 def sinusoidal_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(PE_SHAPES)
     if hidden:
-        for _ in range(3):
+        for base in (PAPER_BASE, PAPER_BASE, PAPER_BASE, _base(g), _base(g)):
             seq_len = int(torch.randint(1, 101, (), generator=g))
             hidden_size = 2 * int(torch.randint(1, 33, (), generator=g))
-            shapes.append((seq_len, hidden_size, _base(g)))
-        shapes.append((1, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
-        shapes.append((int(torch.randint(2, 60, (), generator=g)), 2, _base(g)))
+            shapes.append((seq_len, hidden_size, base))
+        shapes.append((1, 2 * int(torch.randint(1, 17, (), generator=g)), PAPER_BASE))
+        shapes.append((int(torch.randint(2, 60, (), generator=g)), 2, PAPER_BASE))
     return [
-        Case(f"seq_len={t}, hidden_size={d}, base={b:g}", {"seq_len": t, "hidden_size": d, "base": b})
+        Case(
+            f"seq_len={t}, hidden_size={d}, base={b:g}",
+            {"seq_len": t, "hidden_size": d, "base": b},
+            concern=_base_concern(b),
+        )
         for t, d, b in shapes
     ]
 
@@ -86,6 +104,8 @@ SINUSOIDAL = Check(
     target="sinusoidal_positional_encoding",
     cases=sinusoidal_cases,
     run=run_sinusoidal,
+    concerns=BASE_CONCERNS,
+    outputs={"pe": "the PE table"},
     properties=[Property("row 0 is [0, 1, 0, 1, ...]", _row0), Property("values lie in [-1, 1]", _bounded)],
     # Angles reach ~100 rad in the hidden cases, where float32 rounds them by ~1e-5: writing the
     # frequencies as exp(-log(base) 2i / D) or base ** (-2i / D) moves the sines by that much.
@@ -98,12 +118,16 @@ SINUSOIDAL = Check(
         ),
     ],
     hints=[
-        "Compute a table of angles first: one row per position p, one column per pair i, angle p * w_i.",
-        "w_i = 1 / base ** (2i / hidden_size) for i = 0 .. hidden_size/2 - 1; "
-        "`torch.arange(0, hidden_size, 2)` gives 2i directly. Positions are 0, 1, ..., seq_len - 1.",
-        "Interleave: pe[:, 0::2] = sin(angles) and pe[:, 1::2] = cos(angles) (not sin in the first half "
-        "and cos in the second).",
-        "Build the angles with torch.outer(positions, freqs) in float32; the result has shape "
+        "Which angle goes into the sine and the cosine of pair i at position p? How many different "
+        "frequencies does a row of hidden_size columns use, and do they grow or shrink with i?",
+        "Test yourself in a new cell: sinusoidal_positional_encoding(6, 8)[0] should be "
+        "[0, 1, 0, 1, 0, 1, 0, 1]; row 1 should start with [sin 1, cos 1] ~ [0.841, 0.540], and its last "
+        "pair change much more slowly; with base=100 its last pairs should turn faster than by default.",
+        "w_i = 1 / base^(2i / hidden_size) for i = 0 .. hidden_size/2 - 1; PE[p, 2i] = sin(p w_i) and "
+        "PE[p, 2i + 1] = cos(p w_i), for positions p = 0 .. seq_len - 1.",
+        "freqs from torch.arange(0, hidden_size, 2) / hidden_size (that is 2i / D), shape "
+        "(hidden_size // 2,); angles = torch.outer(positions, freqs), shape (seq_len, hidden_size // 2); "
+        "then pe[:, 0::2] = angles.sin() and pe[:, 1::2] = angles.cos() in a float32 table of shape "
         "(seq_len, hidden_size).",
     ],
 )
@@ -161,12 +185,12 @@ def run_figure(plot_positional_encoding, case: Case) -> Outputs:
         if len(panels) != 2:
             raise ValueError(
                 f"the figure has {len(panels)} axes besides colorbars, expected 2 "
-                "(left: the PE matrix, right: PE @ PE.T)"
+                "(first the PE matrix, then PE @ PE.T)"
             )
-        left, right = (_shown_array(ax) for ax in panels)
+        first, second = (_shown_array(ax) for ax in panels)
         return {
-            "pe_shown": torch.from_numpy(left.copy()),
-            "dot_shown": torch.from_numpy(right.copy()),
+            "pe_shown": torch.from_numpy(first.copy()),
+            "dot_shown": torch.from_numpy(second.copy()),
             "panels_with_title_and_axis_labels": torch.tensor(sum(map(_labelled, panels))),
             "colorbars": torch.tensor(len(colorbars)),
         }
@@ -177,9 +201,9 @@ def run_figure(plot_positional_encoding, case: Case) -> Outputs:
 def _symmetric(case: Case, out: Outputs) -> str | None:
     dot = out["dot_shown"]
     if dot.ndim != 2 or dot.shape[0] != dot.shape[1]:
-        return "the right panel should be a square (seq_len, seq_len) matrix"
+        return "the second panel should show a square (seq_len, seq_len) matrix"
     gap = (dot - dot.T).abs().max().item()
-    return None if gap < 1e-3 else f"PE @ PE.T is symmetric, but the right panel is off by up to {gap:.3g}"
+    return None if gap < 1e-3 else f"PE @ PE.T is symmetric, but the second panel is off by up to {gap:.3g}"
 
 
 PE_FIGURE = Check(
@@ -187,14 +211,21 @@ PE_FIGURE = Check(
     target="plot_positional_encoding",
     cases=figure_cases,
     run=run_figure,
-    properties=[Property("the right panel is symmetric", _symmetric)],
+    outputs={
+        "pe_shown": "the matrix drawn in the first panel",
+        "dot_shown": "the matrix drawn in the second panel",
+        "panels_with_title_and_axis_labels": "the number of panels with a title and both axis labels",
+        "colorbars": "the number of colorbars",
+    },
+    properties=[Property("the second panel is symmetric", _symmetric)],
     # The dot products reach hidden_size / 2 = 256 and sum 512 products of sines whose float32
     # angles are rounded by ~1e-5 (positions up to 127): a correct PE written another way moves
     # them by up to ~1e-3. The catalogued mistakes are off by O(1).
     extra_tolerance={torch.float32: (1e-4, 1e-2)},
     error_hints=[
         ErrorHint(
-            "axes besides colorbars", "create the two panels with fig, (ax1, ax2) = plt.subplots(1, 2)."
+            "axes besides colorbars",
+            "create the two panels with fig, (ax_pe, ax_dots) = plt.subplots(1, 2) (or (2, 1)).",
         ),
         ErrorHint("no image on axes", "draw each matrix with ax.imshow(matrix) (and fig.colorbar on it)."),
         ErrorHint(
@@ -206,13 +237,19 @@ PE_FIGURE = Check(
         ),
     ],
     hints=[
-        "Compute the two matrices first, then draw each on its own panel of one figure: the PE table of "
-        "Question 1, and the dot products between every pair of positions.",
-        "Two panels side by side: fig, (ax1, ax2) = plt.subplots(1, 2). Left: ax1.imshow(pe) with "
-        "pe = sinusoidal_positional_encoding(seq_len, hidden_size), positions down y, hidden dims along x.",
-        "Right: the (seq_len, seq_len) matrix pe @ pe.T; entry [p, q] is PE[p] . PE[q].",
-        "Each panel needs set_title, set_xlabel, set_ylabel and fig.colorbar(image, ax=ax); return fig "
-        "without plt.show().",
+        "Which two matrices do the panels show, and what are their shapes? Which axis of an imshow picture "
+        "runs along the rows of the matrix?",
+        "Test yourself in a new cell: fig = plot_positional_encoding(12, 8); fig.axes holds your two panels, "
+        "then the colorbars; fig.axes[0].images[0].get_array().shape should be (12, 8) and "
+        "fig.axes[1].images[0].get_array().shape (12, 12); each panel's get_title(), get_xlabel() and "
+        "get_ylabel() should be non-empty.",
+        "First panel: pe = sinusoidal_positional_encoding(seq_len, hidden_size), shape "
+        "(seq_len, hidden_size), positions down the y axis. Second: pe @ pe.T, shape (seq_len, seq_len), "
+        "whose entry [p, q] is PE[p] . PE[q].",
+        "fig, (ax_pe, ax_dots) = plt.subplots(...); image = ax_pe.imshow(pe, aspect='auto', "
+        "interpolation='nearest'); "
+        "ax_pe.set(title=..., xlabel=..., ylabel=...); fig.colorbar(image, ax=ax_pe, label=...); the same "
+        "for the dot products; return fig without plt.show().",
     ],
 )
 
@@ -232,18 +269,19 @@ TOEPLITZ_POSITIONS = (0, 5, 17)  # the positions p of the property PE[p] . PE[p 
 def dot_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(OFFSETS_CASES)
     if hidden:
-        for _ in range(3):
+        for base in (PAPER_BASE, PAPER_BASE, PAPER_BASE, _base(g), _base(g)):
             shape = tuple(
                 int(n) for n in torch.randint(1, 6, (int(torch.randint(0, 3, (), generator=g)),), generator=g)
             )
             offset = torch.randint(-60, 61, shape, generator=g)
-            hidden_size, base = 2 * int(torch.randint(1, 33, (), generator=g)), _base(g)
+            hidden_size = 2 * int(torch.randint(1, 33, (), generator=g))
             name = f"offsets of shape {shape}, hidden_size={hidden_size}, base={base:g}"
             shapes.append((name, offset, hidden_size, base))
     cases = []
     for name, offset, hidden_size, base in shapes:
         rows = max(TOEPLITZ_POSITIONS) + int(offset.abs().max()) + 1  # PE[p + offset] for each p
-        cases.append(_with_pe_table(name, {"offset": offset, "hidden_size": hidden_size, "base": base}, rows))
+        inputs = {"offset": offset, "hidden_size": hidden_size, "base": base}
+        cases.append(_with_pe_table(name, inputs, rows, concern=_base_concern(base)))
     return cases
 
 
@@ -270,6 +308,8 @@ PE_DOT = Check(
     target="pe_dot_product",
     cases=dot_cases,
     run=run_dot,
+    concerns=BASE_CONCERNS,
+    outputs={"dot": "the tensor of dot products"},
     properties=[Property("equals PE[p] . PE[p + offset] for every position p (Toeplitz)", _toeplitz)],
     # A sum of up to 32 cosines of float32 angles up to 60 rad (each rounded by ~4e-6).
     extra_tolerance={torch.float32: (1e-5, 1e-4)},
@@ -285,12 +325,16 @@ PE_DOT = Check(
         ),
     ],
     hints=[
-        "Write PE[p] . PE[q] as a sum over the pairs: pair i contributes "
-        "sin(p w_i) sin(q w_i) + cos(p w_i) cos(q w_i).",
-        "That is cos((q - p) w_i): the positions enter only through the offset q - p. Sum cos(w_i * offset) "
-        "over the hidden_size / 2 frequencies w_i.",
-        "Broadcast: offset.float()[..., None] * freqs has shape offset.shape + (hidden_size // 2,); "
-        "take cos and sum over the last axis.",
+        "Pair i adds sin(p w_i) sin(q w_i) + cos(p w_i) cos(q w_i) to PE[p] . PE[q]: which trigonometric "
+        "identity turns that into a single cosine, and of what?",
+        "Test yourself in a new cell: with pe = sinusoidal_positional_encoding(50, 16), "
+        "pe_dot_product(torch.tensor(7), 16) should equal pe[3] @ pe[10] and pe[20] @ pe[27]; "
+        "pe_dot_product(torch.tensor(0), 16) should be 8 (hidden_size / 2), and offsets -7 and 7 give the "
+        "same value.",
+        "PE[p] . PE[p + k] = sum over i = 0 .. hidden_size/2 - 1 of cos(k w_i), with w_i = 1 / base^(2i / "
+        "hidden_size): a sum over the pairs, not over the columns.",
+        "Give the offsets a last axis for the pairs: offset.float()[..., None] * freqs has shape "
+        "offset.shape + (hidden_size // 2,); take .cos() and .sum(dim=-1).",
     ],
 )
 
@@ -303,22 +347,18 @@ SHIFT_CASES = [(3, 8, 10000.0), (0, 6, 10000.0), (-4, 8, 100.0), (1, 2, 10000.0)
 def shift_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(SHIFT_CASES)
     if hidden:
-        for _ in range(4):
-            k = int(torch.randint(-40, 41, (), generator=g))
-            shapes.append((k, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
-        shapes.append(
-            (
-                -int(torch.randint(1, 30, (), generator=g)),
-                2 * int(torch.randint(1, 17, (), generator=g)),
-                _base(g),
-            )
-        )
+        backwards = -int(torch.randint(1, 30, (), generator=g))
+        ks = [int(k) for k in torch.randint(-40, 41, (4,), generator=g)] + [backwards]
+        shapes += [(k, 2 * int(torch.randint(1, 17, (), generator=g)), PAPER_BASE) for k in ks]
+        for _ in range(2):
+            k = int(torch.randint(1, 41, (), generator=g))  # not 0: M_0 is the identity whatever the base
+            sign = 1 if bool(torch.randint(0, 2, (), generator=g)) else -1
+            shapes.append((sign * k, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
     cases = []
     for k, d, b in shapes:
         rows = max(-SHIFTED_FROM, SHIFTED_TO) + abs(k)  # PE[pos] and PE[pos + k] for every pos
-        cases.append(
-            _with_pe_table(f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b}, rows)
-        )
+        name, inputs = f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b}
+        cases.append(_with_pe_table(name, inputs, rows, concern=_base_concern(b)))
     return cases
 
 
@@ -350,6 +390,8 @@ RELATIVE_SHIFT = Check(
     target="relative_shift_matrix",
     cases=shift_cases,
     run=run_shift,
+    concerns=BASE_CONCERNS,
+    outputs={"M_k": "the matrix M_k"},
     properties=[
         Property("PE[pos] @ M_k == PE[pos + k]", _shifts),
         Property("M_k is orthogonal", _orthogonal),
@@ -357,12 +399,17 @@ RELATIVE_SHIFT = Check(
     # cos(w k) for |k| up to 40: float32 rounds the angle by ~2e-6.
     extra_tolerance={torch.float32: (1e-5, 2e-5)},
     hints=[
-        "Look at one pair: row vector [sin a, cos a]. Which 2x2 matrix B gives [sin(a + b), cos(a + b)] "
-        "with b = w k? Expand with the angle-addition formulas.",
-        "Row-vector convention: the output's first entry is column 0 of B dotted with the input, so "
-        "B = [[cos b, -sin b], [sin b, cos b]]; check it on a = 0.",
-        "One block per pair, each with its own angle w_i k; put them on the diagonal with "
-        "torch.block_diag(*blocks) or by writing M[2i:2i+2, 2i:2i+2].",
+        "Take one pair, the row vector [sin a, cos a]. Which 2x2 matrix B turns it into [sin(a + b), "
+        "cos(a + b)] with b = k w_i, and does B depend on a, that is on the position?",
+        "Test yourself in a new cell: with pe = sinusoidal_positional_encoding(64, 16) and "
+        "m = relative_shift_matrix(5, 16), pe[:-5] @ m should equal pe[5:]; m @ m.T should be "
+        "torch.eye(16), relative_shift_matrix(0, 16) the identity and relative_shift_matrix(-5, 16) m.T.",
+        "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b. With row "
+        "vectors, the output's first entry is the input times column 0 of B: B = [[cos b, -sin b], "
+        "[sin b, cos b]], placed at rows and columns 2i, 2i + 1.",
+        "The angles k * freqs, shape (hidden_size // 2,); stack [cos, -sin, sin, cos] along a last axis and "
+        "reshape to (hidden_size // 2, 2, 2) blocks; torch.block_diag(*blocks) puts them on the diagonal "
+        "(or write M[2i:2i+2, 2i:2i+2] in a loop).",
     ],
 )
 
@@ -370,6 +417,13 @@ RELATIVE_SHIFT = Check(
 
 # (B, T shorter, L, D): the table has L rows; B >= 2 so that batch rows and positions differ.
 LEARNED_SHAPES = [(2, 5, 8, 6), (3, 2, 4, 10), (2, 1, 1, 4)]
+# The seed's learned table (GPT-2's) says nothing of T > max_seq_len, where nn.Embedding raises an
+# IndexError: a solution right for every T <= L loses only the second concern.
+WITHIN = "T up to max_seq_len: the table, the position vectors added"
+BEYOND = "T above max_seq_len: a ValueError naming T and max_seq_len"
+# A ValueError for a T <= L is the length check firing too early (e.g. T >= L): the known mistake
+# of that name in solutions/02_positions/mistakes.py ends in this sentence too.
+EARLY_ERROR = "a ValueError for a T that fits the table (T >= max_seq_len instead of T > max_seq_len?)"
 
 
 def learned_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -381,22 +435,25 @@ def learned_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             b = int(torch.randint(2, 5, (), generator=g))
             shapes.append((b, int(torch.randint(1, max_len, (), generator=g)), max_len, d))
     cases = []
-    for b, t, max_len, d in shapes:
-        inputs = {
-            "max_seq_len": max_len,
-            "hidden_size": d,
-            "table": torch.randn(max_len, d, generator=g),
-            "x_one": torch.randn(b, 1, d, generator=g),
-            "x_shorter": torch.randn(b, t, d, generator=g),
-            "x_full": torch.randn(b, max_len, d, generator=g),
-            "x_too_long": torch.randn(b, max_len + 3, d, generator=g),
-        }
-        cases.append(
-            Case(
-                f"max_seq_len={max_len}, hidden_size={d}, B={b}, T in (1, {t}, {max_len}, {max_len + 3})",
-                inputs,
+    for b, shorter, max_len, d in shapes:
+        table = torch.randn(max_len, d, generator=g)
+        # One case per T, so that a message names the T: 1, one shorter than L, L itself, and L + 1.
+        for t in sorted({1, shorter, max_len}) + [max_len + 1]:
+            if t < max_len:
+                note, concern = "", WITHIN
+            elif t == max_len:
+                note, concern = " (= max_seq_len: the table has a row for every position, no error)", WITHIN
+            else:
+                note, concern = " (> max_seq_len: forward should raise a ValueError)", BEYOND
+            inputs = {
+                "max_seq_len": max_len,
+                "hidden_size": d,
+                "table": table,
+                "x": torch.randn(b, t, d, generator=g),
+            }
+            cases.append(
+                Case(f"max_seq_len={max_len}, hidden_size={d}, B={b}, T={t}{note}", inputs, concern=concern)
             )
-        )
     return cases
 
 
@@ -409,26 +466,26 @@ def run_learned(module_class, case: Case) -> Outputs:
         return outputs  # the shape says it all; the other outputs would come from a random table
     with torch.no_grad():
         weight.copy_(i["table"])
-    outputs["output_T_1"] = module(i["x_one"])
-    outputs["output_T_shorter"] = module(i["x_shorter"])
-    outputs["output_T_max_seq_len"] = module(i["x_full"])
-    too_long = i["x_too_long"].shape[1]
-    raised, value_error, named = False, False, False
+    x, max_len = i["x"], i["max_seq_len"]
+    if x.shape[1] <= max_len:
+        return {**outputs, "output": module(x)}
+    errors, value_errors, named = 0, 0, 0
     try:
-        module(i["x_too_long"])
+        module(x)
     except Exception as error:
-        raised, value_error = True, isinstance(error, ValueError)
         numbers = re.findall(r"\d+", str(error))
-        named = str(too_long) in numbers and str(i["max_seq_len"]) in numbers
-    outputs["raises_an_error_past_max_seq_len"] = torch.tensor(int(raised))
-    outputs["raises_ValueError_past_max_seq_len"] = torch.tensor(int(value_error))
-    outputs["error_names_T_and_max_seq_len"] = torch.tensor(int(named))
-    return outputs
+        errors, value_errors = 1, int(isinstance(error, ValueError))
+        named = int(str(x.shape[1]) in numbers and str(max_len) in numbers)
+    return {
+        **outputs,
+        "errors": torch.tensor(errors),
+        "value_errors": torch.tensor(value_errors),
+        "errors_naming_both": torch.tensor(named),
+    }
 
 
 def _same_for_every_sequence(case: Case, out: Outputs) -> str | None:
-    added = out.get("output_T_max_seq_len")
-    x = case.inputs["x_full"]
+    added, x = out.get("output"), case.inputs["x"]
     if added is None or added.shape != x.shape:
         return None
     added = added - x  # (B, T, D): what forward added to each sequence
@@ -443,6 +500,14 @@ LEARNED = Check(
     target="LearnedPositionalEmbedding",
     cases=learned_cases,
     run=run_learned,
+    concerns=[Concern(WITHIN, weight=3), Concern(BEYOND, weight=1)],
+    outputs={
+        "table_shape": "the shape (rows, columns) of self.position_embedding.weight",
+        "output": "forward's output",
+        "errors": "the number of errors forward raised",
+        "value_errors": "the number of ValueErrors forward raised",
+        "errors_naming_both": "the number of error messages naming both T and max_seq_len",
+    },
     properties=[
         Property("every sequence of the batch gets the same position vectors", _same_for_every_sequence)
     ],
@@ -461,19 +526,28 @@ LEARNED = Check(
             "the position vectors have shape (T, hidden_size) and broadcast over the batch; index the "
             "table with torch.arange(T).",
         ),
+        ErrorHint(
+            "ValueError",
+            f"{EARLY_ERROR}. The table has rows 0 .. max_seq_len - 1, one for each position of a sequence of "
+            "T = max_seq_len tokens: raise only when T > max_seq_len.",
+        ),
     ],
     hints=[
-        "The module learns one vector of size hidden_size for each position 0 .. max_seq_len - 1: a "
-        "lookup table whose rows are positions, not hidden dimensions.",
-        "In forward, T = token_embeddings.shape[1]; the positions are torch.arange(T) "
-        "(on the input's device).",
-        "In __init__, self.position_embedding = nn.Embedding(max_seq_len, hidden_size) (the first argument "
-        "is the number of rows); self.position_embedding(positions) has shape (T, D) and broadcasts over "
-        "the batch when added to (B, T, D).",
-        "Before indexing, test T > max_seq_len and raise ValueError(f'... {T} ... {max_seq_len} ...') "
-        "naming both numbers.",
+        "How many rows does the table need: one per hidden dimension, or one per position? Which rows does a "
+        "sequence of T tokens use, and which T has no rows left?",
+        "Test yourself in a new cell: embed = LearnedPositionalEmbedding(16, 8); "
+        "embed.position_embedding.weight.shape should be (16, 8); embed(torch.zeros(2, 10, 8)) should be "
+        "(2, 10, 8) with both sequences equal to weight[:10]; T = 16 should work and T = 17 raise a "
+        "ValueError whose message shows 17 and 16.",
+        "output[b, t] = token_embeddings[b, t] + table[t] for t = 0 .. T - 1, the same rows for every b; "
+        "raise a ValueError exactly when T > max_seq_len.",
+        "__init__: nn.Embedding(max_seq_len, hidden_size) (rows first). forward: T = "
+        "token_embeddings.shape[1]; the length check before any lookup, with an f-string naming T and "
+        "self.max_seq_len; then add self.position_embedding(torch.arange(T, device=...)), shape (T, D), "
+        "which broadcasts over B.",
     ],
 )
+
 
 # --------------------------------------------------------------- permutation equivariance
 
@@ -532,6 +606,10 @@ EQUIVARIANCE = Check(
     target="equivariance_gap",
     cases=perm_cases,
     run=run_perm,
+    outputs={
+        "gap_without_positions": "the gap without positions",
+        "gap_with_positions": "the gap with positions",
+    },
     properties=[Property("without positions the gap is ~0", _no_gap)],
     error_hints=[
         ErrorHint(
@@ -543,13 +621,16 @@ EQUIVARIANCE = Check(
         ),
     ],
     hints=[
-        "Two outputs to compare: attention applied to the permuted tokens, and the output for the original "
-        "tokens permuted afterwards. Both index the token axis (dim 1) with perm.",
-        "x[:, perm] puts the token from slot perm[p] in slot p; permuting the output the same way is "
-        "f(x)[:, perm].",
-        "Positions belong to slots, not tokens: f(z) = attention(z + positions) with the same positions for "
-        "z = x and z = x[:, perm].",
-        "Return (f(x[:, perm]) - f(x)[:, perm]).abs().max(), a 0-dim tensor.",
+        "Shuffle the tokens, then attend; or attend, then shuffle the outputs the same way: which two "
+        "tensors does the gap compare, along which axis does perm act, and where do the positions go?",
+        "Test yourself in a new cell with attention = lambda z: z, which commutes with every permutation: "
+        "without positions the gap should be exactly 0; with positions it should be "
+        "(positions - positions[perm]).abs().max(); and perm = torch.arange(T) gives 0 in both cases.",
+        "gap = max |f(x[:, perm]) - f(x)[:, perm]|, with f(z) = attention(z + positions) when positions are "
+        "given and f(z) = attention(z) otherwise: the positions belong to the slots, the same for both "
+        "inputs.",
+        "Define f once (a small inner function), apply it to x[:, perm] and to x, index the second result "
+        "with [:, perm], and return the .abs().max() of the difference: a 0-dim tensor, no .item().",
     ],
 )
 

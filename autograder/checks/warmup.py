@@ -1,7 +1,8 @@
 """Checks of notebook 00, the warm-up: a neuron, its loss and gradient, activations, an MLP.
 
 Key: N samples, F features. The activation checks include |z| of 100 and 1000 in float32,
-where formulas with e^z or e^-z in both numerator and denominator give inf / inf = NaN. The
+where formulas with e^z or e^-z in both numerator and denominator give inf / inf = NaN; those
+cases (for sigmoid and SiLU) and z = 0 (for ReLU) are graded as concerns of their own. The
 spirals check is judged by a criterion (held-out accuracy within a step budget), not by
 equality with the reference: two correct trainings differ in their floating-point details.
 The judge computes that accuracy itself, with the MLP that the trained parameters describe,
@@ -15,7 +16,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..exchange import MAX_OUTPUTS
 from ..playground import one_thread, spirals_split
 
 # Autograd computes the derivatives that the gradient step and the activations ask for by hand
@@ -70,12 +72,18 @@ NEURON = Check(
     target="neuron",
     cases=neuron_cases,
     run=run_neuron,
+    outputs={"p": "the neuron's output p"},
     properties=[Property("outputs lie in [0, 1]", _in_unit_interval)],
     error_hints=[ErrorHint("size mismatch", "x is (N, F) and w is (F,): x @ w is (N,). Do not transpose x.")],
     hints=[
-        "One neuron: a weighted sum of the F features of each sample, plus the bias, through a sigmoid.",
-        "x @ w multiplies the (N, F) matrix by the (F,) vector and gives one number per sample, shape (N,).",
-        "Add b (a 0-dim tensor broadcasts to every sample) before the sigmoid, not after it.",
+        "For one sample, which numbers does the neuron combine before the sigmoid, and how many outputs "
+        "should a batch of N samples give?",
+        "Test yourself on the example cell: its second sample is all zeros, so its output is sigmoid(b) = "
+        "sigmoid(0.1) ~ 0.525; neuron(x, w, b).shape should be (N,), and every value lies in (0, 1).",
+        "p_n = sigmoid(z_n) with z_n = x_n . w + b. For the batch, z = x @ w + b: (N, F) @ (F,) gives (N,), "
+        "and the 0-dim b is added to every sample.",
+        "Compute the (N,) pre-activations with one matrix-vector product plus b, then apply torch.sigmoid to "
+        "them (b goes inside the sigmoid, not after it).",
     ],
 )
 
@@ -121,14 +129,23 @@ MSE = Check(
     cases=mse_cases,
     run=run_mse,
     forbidden=library_calls("torch.nn.functional.mse_loss", "torch._C._nn.mse_loss"),  # nn.MSELoss too
+    outputs={
+        "loss": "the loss",
+        "loss_perfect": "the loss of a perfect prediction, mse_loss(target, target)",
+    },
     properties=[
         Property("zero for a perfect prediction", _perfect_is_zero),
         Property("never negative", _non_negative),
     ],
     hints=[
-        "Three steps: the error of each sample, its square, the average over the N samples.",
-        "Return a 0-dim tensor (what .mean() gives), not a Python float and not an (N,) tensor.",
-        "The mean, not the sum: the loss should not grow with the number of samples.",
+        "How do you measure one sample's error so that too high and too low both count, large errors more "
+        "than small ones? And how do you combine N of them so that the loss does not grow with N?",
+        "Test yourself on the example cell: predictions [0.9, 0.2, 0.6] against targets [1, 0, 1] give "
+        "(0.01 + 0.04 + 0.16) / 3 = 0.07; mse_loss(y, y) is exactly 0; the result's .shape is "
+        "torch.Size([]).",
+        "L = (1/N) * sum over n of (p_n - y_n)^2: square each error, then average over the N samples.",
+        "Subtract the two (N,) tensors, square with .pow(2) or ** 2, and reduce with .mean(), which returns "
+        "a 0-dim tensor (no .item(), no .sum()).",
     ],
 )
 
@@ -153,7 +170,9 @@ def step_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def run_step(gradient_step, case: Case) -> Outputs:
     i = case.inputs
-    with torch.no_grad():  # the gradient must be derived by hand: autograd is switched off
+    # The gradient must be derived by hand: autograd is switched off here, and its calls are
+    # refused (`forbidden`) for code that switches it back on with torch.enable_grad().
+    with torch.no_grad():
         new_w, new_b = gradient_step(i["x"], i["y"], i["w"], i["b"], i["lr"])
     return {"w": new_w, "b": new_b}
 
@@ -198,9 +217,14 @@ def _matches_autograd(case: Case, out: Outputs) -> str | None:
 
 
 BY_HAND = (
-    "derive dL/dw and dL/db by hand with the chain rule (the formulas above) and compute them with tensor "
-    "operations (the check runs your function under torch.no_grad())."
+    "This question asks for the gradient derived by hand: write dL/dw and dL/db with the chain rule (the "
+    "formulas above) and compute them with tensor operations. The check runs your function under "
+    "torch.no_grad() and refuses torch.autograd.grad, torch.autograd.backward and .backward(), even behind "
+    "torch.enable_grad()."
 )
+# The known mistake of using autograd anyway (solutions/00_warmup/mistakes.py names it the same): its
+# run ends in the sentence of a refused call, which the judge explains with this hint.
+AUTOGRAD_STEP = "the gradient comes from autograd (torch.autograd.grad or .backward())"
 
 GRADIENT_STEP = Check(
     name="00.gradient_step",
@@ -208,20 +232,25 @@ GRADIENT_STEP = Check(
     cases=step_cases,
     run=run_step,
     forbidden=AUTOGRAD,
+    outputs={"w": "the new weights new_w", "b": "the new bias new_b"},
     properties=[Property("the step equals autograd's step", _matches_autograd)],
     error_hints=[
-        *(ErrorHint(f"calls {name}", f"autograd computed the gradient: {BY_HAND}") for _, name in AUTOGRAD),
-        ErrorHint("NoneType", f"w.grad is None: nothing fills it here; {BY_HAND}"),
+        *(ErrorHint(f"calls {name}", f"{AUTOGRAD_STEP}. {BY_HAND}") for _, name in AUTOGRAD),
+        ErrorHint("NoneType", f"w.grad is None: autograd is off, so nothing fills it. {BY_HAND}"),
         ErrorHint(
             "size mismatch", "x is (N, F): dL/dw = x.T @ delta, where delta (N,) holds one number per sample."
         ),
     ],
     hints=[
-        "Chain rule in three links: dL/dp (the loss w.r.t. each prediction), dp/dz (the sigmoid's slope), "
-        "dz/dw = x and dz/db = 1.",
-        "With p = sigmoid(z): dL/dp_n = 2 (p_n - y_n) / N and dp_n/dz_n = p_n (1 - p_n).",
-        "Multiply the two into delta (N,); then dL/dw = x.T @ delta (F,) and dL/db = delta.sum().",
-        "Descent goes downhill: new_w = w - lr * dL/dw, and the same for b. Return new tensors.",
+        "L depends on w through a chain: w -> z = x @ w + b -> p = sigmoid(z) -> L = mean((p - y)^2). Which "
+        "local derivative does each link contribute, and which ones does dL/db share with dL/dw?",
+        "Test yourself as the cell after the question does, outside your function: with lr = 1, w - new_w "
+        "must equal w.grad after mse_loss(neuron(x, w, b), y).backward() on a copy of w made with "
+        ".clone().requires_grad_(); the same for b.",
+        "delta_n = dL/dz_n = (2 / N) (p_n - y_n) p_n (1 - p_n); then dL/dw = x.T @ delta, shape (F,), and "
+        "dL/db = sum over n of delta_n, a scalar. Descent subtracts: w - lr * dL/dw, b - lr * dL/db.",
+        "p = neuron(x, w, b); delta = (dL/dp) * (dp/dz), both (N,) tensors; grad_w = x.T @ delta; "
+        "grad_b = delta.sum(); return w - lr * grad_w, b - lr * grad_b (new tensors, w and b untouched).",
     ],
 )
 
@@ -229,36 +258,60 @@ GRADIENT_STEP = Check(
 
 SLOPE_STEP = 1e-5  # h of the central difference (f(z + h) - f(z - h)) / 2h, in float64
 
+# The kinds of input the activation checks draw. Each check names the kinds that grade a concern of
+# their own; the others grade its core. The seed's formulas, 1 / (1 + e^-z) and z / (1 + e^-z),
+# cannot overflow, and it defines no derivative: overflow at large |z| (written another way) and
+# ReLU's value at the kink z = 0 (any value in [0, 1] is a subgradient) are edges it left open.
+MODERATE, AT_ZERO, LARGE = "moderate", "at zero", "large"
+MODERATE_Z = "z between about -45 and 45"
+LARGE_Z = "z as large as -1000 and 1000: no overflow into NaN"
+NONZERO_Z = "z other than 0"
+ZERO_Z = "z = 0, where this course takes relu'(0) = 0"
 
-def _zero_first(z: torch.Tensor) -> torch.Tensor:
-    z.view(-1)[0] = 0.0  # the kink of ReLU: its derivative there is 0 by convention
-    return z
+LARGE_VALUES = [-1000.0, -100.0, -88.0, -20.0, 20.0, 88.0, 100.0, 1000.0]  # e^88.7 overflows float32
 
 
-def activation_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    large = torch.tensor([-1000.0, -100.0, -88.0, -20.0, 0.0, 20.0, 88.0, 100.0, 1000.0])
+def _random_shape(g: torch.Generator) -> tuple[int, ...]:
+    ndim = int(torch.randint(1, 4, (), generator=g))
+    return tuple(int(d) for d in torch.randint(1, 8, (ndim,), generator=g))
+
+
+def _activation_inputs(g: torch.Generator, hidden: bool) -> list[tuple[str, str, torch.Tensor]]:
+    """(kind, name, z) of each case. No z of kind MODERATE or LARGE is exactly 0."""
     inputs = [
-        ("25 values from -6 to 6 (0 included)", torch.linspace(-6, 6, 25)),
-        ("large |z|: -1000, -100, -88, -20, 0, 20, 88, 100, 1000", large),
-        ("a (3, 4) matrix (first entry 0)", _zero_first(torch.randn(3, 4, generator=g))),
+        (MODERATE, "24 values from -5.75 to 5.75 in steps of 0.5", torch.linspace(-5.75, 5.75, 24)),
+        (MODERATE, "a (3, 4) matrix", torch.randn(3, 4, generator=g)),
+        (AT_ZERO, "z = 0 among -2, -0.5, 0.5 and 2", torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0])),
+        (LARGE, f"large |z|: {', '.join(f'{v:g}' for v in LARGE_VALUES)}", torch.tensor(LARGE_VALUES)),
     ]
     if hidden:
         for _ in range(3):
-            shape = tuple(
-                int(d) for d in torch.randint(1, 8, (int(torch.randint(1, 4, (), generator=g)),), generator=g)
-            )
-            scale = float(10 ** torch.empty(()).uniform_(-1, 2.5, generator=g))
-            inputs.append(
-                (
-                    f"random z of shape {shape}, |z| ~ {scale:.3g} (first entry 0)",
-                    _zero_first(torch.randn(shape, generator=g) * scale),
-                )
-            )
-    cases = []
-    for name, z in inputs:
-        slope = torch.randn(16, generator=g, dtype=torch.float64) * 4
-        slope = slope + slope.sign() * 0.01  # keep z +- h away from the kink at 0
-        cases.append(Case(f"{name}, float32", {"z": z, "z_slope": slope, "h": SLOPE_STEP}))
+            shape, scale = _random_shape(g), float(10 ** torch.empty(()).uniform_(-1, 1, generator=g))
+            z = torch.randn(shape, generator=g) * scale
+            inputs.append((MODERATE, f"random z of shape {shape}, |z| ~ {scale:.3g}", z))
+        shape = _random_shape(g)
+        z = torch.randn(shape, generator=g)
+        z[torch.rand(shape, generator=g) < 0.4] = 0.0
+        z.view(-1)[0] = 0.0
+        inputs.append((AT_ZERO, f"random z of shape {shape}, some entries 0", z))
+        shape, scale = _random_shape(g), float(10 ** torch.empty(()).uniform_(2, 3, generator=g))
+        z = torch.randn(shape, generator=g) * scale
+        inputs.append((LARGE, f"random z of shape {shape}, |z| ~ {scale:.3g}", z))
+    return inputs
+
+
+def activation_cases(concerns: dict[str, str]) -> Callable[[torch.Generator, bool], list[Case]]:
+    """The cases of one activation check; `concerns` maps a kind of input to the concern it grades."""
+
+    def cases(g: torch.Generator, hidden: bool) -> list[Case]:
+        result = []
+        for kind, name, z in _activation_inputs(g, hidden):
+            slope = torch.randn(16, generator=g, dtype=torch.float64) * 4
+            slope = slope + slope.sign() * 0.01  # keep z +- h away from the kink at 0
+            inputs = {"z": z, "z_slope": slope, "h": SLOPE_STEP}
+            result.append(Case(f"{name}, float32", inputs, concern=concerns.get(kind, "")))
+        return result
+
     return cases
 
 
@@ -299,16 +352,31 @@ NOT_A_TENSOR = ErrorHint(
 
 
 def activation_check(
-    name: str, functions: tuple[str, str], library: Sequence[tuple[Callable, str]], hints: list[str]
+    name: str,
+    functions: tuple[str, str],
+    library: Sequence[tuple[Callable, str]],
+    concerns: tuple[Concern, Concern],
+    edge: str,
+    hints: list[str],
 ) -> Check:
     """The check of one activation and its derivative, which may call neither its library
-    version (`library`, from library_calls) nor autograd."""
+    version (`library`, from library_calls) nor autograd. `concerns` are the core and one edge,
+    graded on the inputs of kind `edge`."""
+    f, df = functions
     return Check(
         name=f"00.{name}",
         target=functions,
         answer="activations",
-        cases=activation_cases,
+        cases=activation_cases({edge: concerns[1].name}),
         run=run_activation,
+        concerns=concerns,
+        outputs={
+            "f": f"{f}(z)",
+            "df": f"{df}(z)",
+            "f(z+h) float64": f"{f}(z + h) for a float64 z",
+            "f(z-h) float64": f"{f}(z - h) for a float64 z",
+            "df float64": f"{df}(z) for a float64 z",
+        },
         forbidden=(*library, *AUTOGRAD),
         properties=[SLOPE],
         error_hints=[NOT_A_TENSOR],
@@ -329,11 +397,20 @@ SIGMOID = activation_check(
         "torch.special.expit",
         "torch.nn.functional.logsigmoid",
     ),
+    (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
+    LARGE,
     [
-        "sigmoid(z) = 1 / (1 + e^-z). Write the derivative in terms of sigmoid(z) itself.",
-        "sigmoid'(z) = sigmoid(z) * (1 - sigmoid(z)): differentiate (1 + e^-z)^-1 and simplify.",
-        "At z = -100 in float32, e^-z overflows to inf and 1 / (1 + inf) = 0: the right limit. "
-        "e^z / (1 + e^z) at z = 100 is inf / inf = NaN instead.",
+        "What should sigmoid give at z = 0, for large positive z and for very negative z? Which exponential "
+        "can you compute without it overflowing when z = -1000, and which one overflows?",
+        "Test yourself in a new cell: for z = torch.linspace(-6, 6, 25), sigmoid(z) should equal "
+        "torch.sigmoid(z) (torch.testing.assert_close) and sigmoid_derivative(z) should be close to "
+        "(sigmoid(z + 1e-3) - sigmoid(z - 1e-3)) / 2e-3; sigmoid(torch.tensor([-1000.0, 1000.0])) should be "
+        "[0, 1], with no NaN.",
+        "sigmoid(z) = 1 / (1 + e^-z) and sigmoid'(z) = sigmoid(z) (1 - sigmoid(z)). At z = -1000, e^-z "
+        "overflows to inf and 1 / (1 + inf) = 0, the right limit; e^z / (1 + e^z) is inf / inf = NaN at "
+        "z = 1000.",
+        "One division with torch.exp(-z) for sigmoid; for the derivative, s = sigmoid(z), then s * (1 - s): "
+        "no exponential of its own, so nothing in it can overflow.",
     ],
 )
 RELU = activation_check(
@@ -343,23 +420,35 @@ RELU = activation_check(
     library_calls(
         "torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_", "torch.nn.functional.relu"
     ),
+    (Concern(NONZERO_Z, weight=3), Concern(ZERO_Z, weight=1)),
+    AT_ZERO,
     [
-        "ReLU keeps positive values and sets the others to 0, elementwise on the whole tensor at once "
-        "(Python's max works on single numbers only).",
-        "Its derivative is 1 where z > 0 and 0 where z < 0; at z = 0 this course (like PyTorch) uses 0.",
-        "torch.clamp(z, min=0) or torch.where(z > 0, z, 0) for relu. A comparison gives a bool tensor: "
-        "convert it with .to(z.dtype) so the derivative has the input's dtype.",
+        "Which values does ReLU keep and which does it replace, and what is its slope on each side of 0? "
+        "Which slope does this course take at exactly z = 0?",
+        "Test yourself in a new cell: for z = torch.tensor([-2.0, 0.0, 3.0]), relu(z) should be [0, 0, 3] "
+        "and relu_derivative(z) [0, 0, 1]; for z.double(), both results should have dtype torch.float64.",
+        "relu(z) = max(z, 0) elementwise; relu'(z) = 1 where z > 0 and 0 where z <= 0 (PyTorch's convention "
+        "at the kink).",
+        "torch.clamp(z, min=0) or torch.where(z > 0, z, 0.0) works on the whole tensor at once (Python's max "
+        "takes single numbers). z > 0 is a bool tensor: .to(z.dtype) turns it into the derivative.",
     ],
 )
 SILU = activation_check(
     "silu",
     ("silu", "silu_derivative"),
     library_calls("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_"),  # nn.SiLU too
+    (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
+    LARGE,
     [
-        "SiLU is the input scaled by its own sigmoid: reuse your sigmoid rather than a new exponential.",
-        "Product rule on z * sigmoid(z): silu'(z) = sigmoid(z) + z * sigmoid'(z).",
-        "Written with sigmoid(z) only, silu'(z) = s + z s (1 - s) stays finite for every z; "
-        "formulas with e^-z in numerator and denominator overflow to inf / inf = NaN for very negative z.",
+        "SiLU scales z by a gate between 0 and 1: which function that you have already written is that gate? "
+        "And which rule differentiates a product of two functions of z?",
+        "Test yourself in a new cell: silu(z) should equal F.silu(z) for z = torch.linspace(-6, 6, 25), "
+        "silu_derivative(torch.tensor(0.0)) should be 0.5; at z = -1000 and 1000, silu should give about 0 "
+        "and 1000 and its derivative 0 and 1, with no NaN.",
+        "silu(z) = z sigmoid(z); by the product rule silu'(z) = sigmoid(z) + z sigmoid'(z) "
+        "= s (1 + z (1 - s)) with s = sigmoid(z).",
+        "z * sigmoid(z) for silu; for the derivative, s = sigmoid(z), then s * (1 + z * (1 - s)): your "
+        "sigmoid is the only exponential, so nothing overflows into NaN.",
     ],
 )
 
@@ -574,12 +663,25 @@ def _loss_decreases(case: Case, out: Outputs) -> str | None:
     )
 
 
+# The outputs of run_spirals: the parameters are numbered, so every number that a case can send
+# (at most MAX_OUTPUTS outputs, two of them not parameters) has its description.
+SPIRALS_OUTPUTS = {
+    "logits": "the held-out logits",
+    "losses": "the losses train returned",
+    **{
+        f"{stage} parameter {k}": f"parameter {k} of the {state} model"
+        for stage, state in (("initial", "untrained"), ("final", "trained"))
+        for k in range((MAX_OUTPUTS - 2) // 2)
+    },
+}
+
 SPIRALS_CHECK = Check(
     name="00.spirals",
     target=("MLP", "train"),
     cases=spirals_cases,
     run=run_spirals,
     criterion=spirals_criterion,
+    outputs=SPIRALS_OUTPUTS,
     properties=[Property("the training loss decreases", _loss_decreases)],
     error_hints=[
         ErrorHint(
@@ -597,12 +699,19 @@ SPIRALS_CHECK = Check(
     points=2,
     hidden_points=3,
     hints=[
-        "MLP: a list of layers. depth times (nn.Linear then the activation), then one nn.Linear to 2 logits.",
-        "The first nn.Linear takes 2 inputs; the others take `width`. nn.Sequential(*layers) chains them.",
-        "train: one torch.optim.Adam(model.parameters(), lr=lr); each step: zero_grad, loss = "
-        "F.cross_entropy(model(x), y), backward, step; keep loss.item().",
-        "Without an activation between the layers the network is a single linear map, and no straight "
-        "line separates two spirals.",
+        "How many nn.Linear layers does MLP(width, depth) have, and where do the activations go? Without "
+        "an activation between them, what can a stack of linear layers compute, and can that separate two "
+        "spirals?",
+        "Test yourself in a new cell: MLP(48, 2) should have 2594 parameters (sum(p.numel() for p in "
+        "model.parameters())) and map torch.randn(5, 2) to shape (5, 2); MLP(8, 0) has 6, a single "
+        "nn.Linear(2, 2). train(model, x_train, y_train, 20, 0.03) should return 20 floats that mostly fall.",
+        "logits = Linear(width, 2)(act(... act(Linear(2, width)(x)))), with depth - 1 Linear(width, width) "
+        "layers in between, each followed by act. Each training step: loss = F.cross_entropy(model(x), y), "
+        "zero the gradients, loss.backward(), optimizer.step().",
+        "__init__: layers, size = [], 2; depth times: layers += [nn.Linear(size, width), "
+        "ACTIVATIONS[activation]()] and size = width; then nn.Sequential(*layers, nn.Linear(size, 2)). "
+        "train: create torch.optim.Adam(model.parameters(), lr=lr) once, loop `steps` times over the four "
+        "steps and append loss.item().",
     ],
 )
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autograder.checks.warmup import AUTOGRAD_STEP, BY_HAND
 from autograder.core import Mistake
 
 # ------------------------------------------------------------------------------ neuron
@@ -80,6 +81,14 @@ def step_bias_fixed(x, y, w, b, lr):
 
 def step_bias_mean(x, y, w, b, lr):
     return _step(x, y, w, b, lr, bias_sum=False)
+
+
+def step_with_autograd(x, y, w, b, lr):
+    """Switches autograd back on inside the check's torch.no_grad()."""
+    w, b = w.clone().requires_grad_(), b.clone().requires_grad_()
+    with torch.enable_grad():
+        grad_w, grad_b = torch.autograd.grad((torch.sigmoid(x @ w + b) - y).pow(2).mean(), (w, b))
+    return (w - lr * grad_w).detach(), (b - lr * grad_b).detach()
 
 
 # ------------------------------------------------------------------------- activations
@@ -246,6 +255,8 @@ MISTAKES = {
                 step_bias_fixed),
         Mistake("dL/db is the mean of delta instead of its sum",
                 "delta already holds the 1/N; dz_n/db = 1, so dL/db = delta.sum().", step_bias_mean),
+        # Its run ends in the refused call, which the check's error hint explains in these words.
+        Mistake(AUTOGRAD_STEP, BY_HAND, step_with_autograd),
     ],
     "00.sigmoid": [
         Mistake("sigmoid'(z) = sigmoid(z): the factor (1 - sigmoid(z)) is missing",

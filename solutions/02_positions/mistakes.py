@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 
+from autograder.checks.positions import EARLY_ERROR
 from autograder.core import Mistake
 
 # ------------------------------------------------------------------ sinusoidal encoding
@@ -48,6 +49,10 @@ def exponent_per_column(seq_len, hidden_size, base=10000.0):
 
 def positions_from_one(seq_len, hidden_size, base=10000.0):
     return _pe(seq_len, hidden_size, base, start=1)
+
+
+def base_ignored(seq_len, hidden_size, base=10000.0):
+    return _pe(seq_len, hidden_size)
 
 
 # ----------------------------------------------------------------------- the PE figure
@@ -112,6 +117,10 @@ def dot_freqs_not_inverted(offset, hidden_size, base=10000.0):
     return _angles(offset, hidden_size, base, invert=False).cos().sum(-1)
 
 
+def dot_base_ignored(offset, hidden_size, base=10000.0):
+    return _angles(offset, hidden_size, 10000.0).cos().sum(-1)
+
+
 # ------------------------------------------------------------------------------- M_k
 
 
@@ -132,6 +141,10 @@ def shift_one_angle(k, hidden_size, base=10000.0):
 
 def shift_freqs_not_inverted(k, hidden_size, base=10000.0):
     return _blocks(k * _freqs(hidden_size, base, invert=False))
+
+
+def shift_base_ignored(k, hidden_size, base=10000.0):
+    return _blocks(k * _freqs(hidden_size, 10000.0))
 
 
 def shift_half_split_pairs(k, hidden_size, base=10000.0):
@@ -173,6 +186,14 @@ class PositionsPerBatchRow(_Learned):
         if T > self.max_seq_len:
             raise ValueError(f"T={T} > max_seq_len={self.max_seq_len}")
         return token_embeddings + self.position_embedding(torch.arange(B))[:, None, :]  # (B, 1, D)
+
+
+class ErrorAtMaxSeqLen(_Learned):
+    def forward(self, token_embeddings):
+        T = token_embeddings.shape[1]
+        if T >= self.max_seq_len:
+            raise ValueError(f"T={T} > max_seq_len={self.max_seq_len}")
+        return token_embeddings + self.position_embedding(torch.arange(T))
 
 
 class ClampedPositions(_Learned):
@@ -240,6 +261,11 @@ MISTAKES = {
             "positions are torch.arange(seq_len): 0, 1, ..., seq_len - 1.",
             positions_from_one,
         ),
+        Mistake(
+            "the base argument is ignored (10000 written in)",
+            "use base in the frequencies: 1.0 / base ** (2i / hidden_size).",
+            base_ignored,
+        ),
     ],
     "02.pe_figure": [
         Mistake(
@@ -249,12 +275,12 @@ MISTAKES = {
         ),
         Mistake(
             "the raw PE matrix in both panels",
-            "the right panel shows pe @ pe.T, shape (seq_len, seq_len).",
+            "the second panel shows pe @ pe.T, shape (seq_len, seq_len).",
             pe_in_both_panels,
         ),
         Mistake(
             "PE.T @ PE (dims x dims) instead of PE @ PE.T (positions x positions)",
-            "entry [p, q] of the right panel is PE[p] . PE[q]: pe @ pe.T.",
+            "entry [p, q] of the second panel is PE[p] . PE[q]: pe @ pe.T.",
             dims_dot_product,
         ),
         Mistake(
@@ -289,6 +315,11 @@ MISTAKES = {
             "invert the frequencies.",
             dot_freqs_not_inverted,
         ),
+        Mistake(
+            "the base argument is ignored (10000 written in)",
+            "use base in the frequencies: 1.0 / base ** (2i / hidden_size).",
+            dot_base_ignored,
+        ),
     ],
     "02.relative_shift": [
         Mistake(
@@ -305,6 +336,11 @@ MISTAKES = {
             "frequencies base^(2i/d) instead of 1 / base^(2i/d)",
             "invert the frequencies.",
             shift_freqs_not_inverted,
+        ),
+        Mistake(
+            "the base argument is ignored (10000 written in)",
+            "use base in the frequencies: 1.0 / base ** (2i / hidden_size).",
+            shift_base_ignored,
         ),
         Mistake(
             "pairs (i, i + d/2) instead of (2i, 2i + 1)",
@@ -329,6 +365,8 @@ MISTAKES = {
             "the positions are torch.arange(T) along dim 1, the same for every sequence of the batch.",
             PositionsPerBatchRow,
         ),
+        # Its run ends in the ValueError, which the check's error hint explains in these words.
+        Mistake(EARLY_ERROR, "raise only when T > max_seq_len.", ErrorAtMaxSeqLen),
         Mistake(
             "positions past the table silently clamped",
             "a learned table has no row for positions >= max_seq_len: raise a ValueError.",
