@@ -55,6 +55,11 @@ def causal_mask_tril(T):
     return ~torch.ones(T, T, dtype=torch.bool).tril()
 
 
+def causal_mask_float_then_bool(T):
+    """Seed 002's additive mask (-inf above the diagonal), read as a boolean one."""
+    return torch.full((T, T), float("-inf")).triu(1).isinf()
+
+
 # ----------------------------------------------------------------- multi-head attention
 
 
@@ -99,6 +104,25 @@ class MHATorchSDPA(_MHA):
         q, k, v = split(self.q_proj(x)), split(self.k_proj(source)), split(self.v_proj(source))
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else ~mask)
         return self.o_proj(heads.transpose(1, 2).reshape(B, Tq, D))
+
+
+class MHAPermuteHeadsFirst(_MHA):
+    """Seed 002's layout, with a batch: heads moved forward with permute, einsum on (B, H, T, Dh),
+    and moved back before the merge."""
+
+    def forward(self, x, context=None, mask=None):
+        source = x if context is None else context
+        B, Tq, D = x.shape
+
+        def split(y):
+            return y.unflatten(-1, (self.num_heads, self.head_dim)).permute(0, 2, 1, 3)  # (B, H, T, Dh)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(source)), split(self.v_proj(source))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / self.head_dim**0.5  # (B, H, Tq, Tk)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        heads = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)  # (B, H, Tq, Dh)
+        return self.o_proj(heads.permute(0, 2, 1, 3).reshape(B, Tq, D))
 
 
 # -------------------------------------------------------------------------- LayerNorm
@@ -171,9 +195,9 @@ class EncoderLayerExplicit(_EncoderLayer):
 ALTERNATIVES = {
     "01.softmax": [softmax_logsumexp, softmax_movedim],
     "01.attention": [attention_einsum, attention_baddbmm_style],
-    "01.causal_mask": [causal_mask_arange, causal_mask_tril],
-    "01.multi_head_attention": [MHAHeadLoop, MHATorchSDPA],
-    "01.cross_attention": [MHAHeadLoop, MHATorchSDPA],
+    "01.causal_mask": [causal_mask_arange, causal_mask_tril, causal_mask_float_then_bool],
+    "01.multi_head_attention": [MHAHeadLoop, MHATorchSDPA, MHAPermuteHeadsFirst],
+    "01.cross_attention": [MHAHeadLoop, MHATorchSDPA, MHAPermuteHeadsFirst],
     "01.layer_norm": [LayerNormVarMean, LayerNormMoments],
     "01.encoder_layer": [EncoderLayerSublayers, EncoderLayerExplicit],
 }

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -28,10 +28,31 @@ def _random_mask(g: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest absolute difference: NaN or inf where `a` is not finite."""
     return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
 
 
+def _differs(gap: float) -> str:
+    if math.isfinite(gap):
+        return f"differs by up to {gap:.3g}"
+    return "differs, and some of your values are NaN or infinite"
+
+
+def _sums_off(gap: float) -> str:
+    return f"the sums are off by up to {gap:.3g}" if math.isfinite(gap) else "some sums are NaN or infinite"
+
+
 # --------------------------------------------------------------------------------- softmax
+
+# Seed 002's softmax has no `dim` (it always reduces the last axis): a stable softmax that ignores
+# the argument loses only this part.
+SOFTMAX_LAST_DIM = "softmax along the last dimension, logits up to 1e3 in size"
+SOFTMAX_OTHER_DIM = "softmax along another dimension (the `dim` argument)"
+
+
+def _softmax_case(name: str, x: torch.Tensor, dim: int) -> Case:
+    last = dim % x.dim() == x.dim() - 1
+    return Case(name, {"x": x, "dim": dim}, concern="" if last else SOFTMAX_OTHER_DIM)
 
 
 def softmax_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -44,20 +65,22 @@ def softmax_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         ]
     )
     cases = [
-        Case("x of shape (2, 5), |x| ~ 3, dim=-1", {"x": torch.randn(2, 5, generator=g) * 3, "dim": -1}),
-        Case("logits of +1e3 and -1e3, shape (3, 4), dim=-1", {"x": huge, "dim": -1}),
-        Case("x of shape (2, 3, 4), dim=1", {"x": torch.randn(2, 3, 4, generator=g), "dim": 1}),
-        Case("x of shape (4, 3), dim=0, logits of +-1e3", {"x": huge.T.contiguous(), "dim": 0}),
+        _softmax_case("x of shape (2, 5), |x| ~ 3, dim=-1", torch.randn(2, 5, generator=g) * 3, -1),
+        _softmax_case("logits of +1e3 and -1e3, shape (3, 4), dim=-1", huge, -1),
+        _softmax_case("x of shape (2, 3, 4), dim=1", torch.randn(2, 3, 4, generator=g), 1),
+        _softmax_case("x of shape (4, 3), dim=0, logits of +-1e3", huge.T.contiguous(), 0),
     ]
     if hidden:
-        for _ in range(3):
-            shape = tuple(_int(g, 2, 6) for _ in range(_int(g, 1, 3)))
-            dim = _int(g, -len(shape), len(shape) - 1)
+        for last in (True, True, False, False):
+            ndim = _int(g, 1 if last else 2, 3)
+            shape = tuple(_int(g, 2, 6) for _ in range(ndim))
+            # Another dimension, written as a positive or a negative index.
+            dim = -1 if last else _int(g, 0, ndim - 2) - ndim * _int(g, 0, 1)
             scale = float(10 ** torch.empty(()).uniform_(-1, 3, generator=g))
             x = torch.randn(shape, generator=g) * scale
-            cases.append(Case(f"x of shape {shape}, |x| ~ {scale:.3g}, dim={dim}", {"x": x, "dim": dim}))
+            cases.append(_softmax_case(f"x of shape {shape}, |x| ~ {scale:.3g}, dim={dim}", x, dim))
         x = torch.randn(3, 6, generator=g) * 1000
-        cases.append(Case("x of shape (3, 6), |x| ~ 1e3, dim=-1", {"x": x, "dim": -1}))
+        cases.append(_softmax_case("x of shape (3, 6), |x| ~ 1e3, dim=-1", x, -1))
     return cases
 
 
@@ -66,19 +89,19 @@ def run_softmax(softmax, case: Case) -> Outputs:
 
 
 def _sums_to_one(case: Case, out: Outputs) -> str | None:
-    p, x = out["p"], case.inputs["x"]
+    p, x, dim = out["p"], case.inputs["x"], case.inputs["dim"]
     if p.shape != x.shape:
         return None
-    gap = (p.sum(dim=case.inputs["dim"]) - 1).abs().nan_to_num(nan=float("inf")).max().item()
-    return None if gap <= 1e-5 else f"slices along dim={case.inputs['dim']} should sum to 1; off by {gap:.3g}"
+    gap = _gap(p.sum(dim=dim), torch.ones(()))
+    return None if gap <= 1e-5 else f"slices along dim={dim} should sum to 1, but {_sums_off(gap)}"
 
 
 def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
     p, x = out["p"], case.inputs["x"]
     if p.shape != x.shape:
         return None
-    gap = (p - torch.softmax(x, dim=case.inputs["dim"])).abs().nan_to_num(nan=float("inf")).max().item()
-    return None if gap <= 1e-5 else f"torch.softmax differs by up to {gap:.3g}"
+    gap = _gap(p, torch.softmax(x, dim=case.inputs["dim"]))
+    return None if gap <= 1e-5 else f"torch.softmax {_differs(gap)}"
 
 
 SOFTMAX = Check(
@@ -86,6 +109,8 @@ SOFTMAX = Check(
     target="softmax",
     cases=softmax_cases,
     run=run_softmax,
+    concerns=[Concern(SOFTMAX_LAST_DIM, weight=3), Concern(SOFTMAX_OTHER_DIM, weight=1)],
+    outputs={"p": "the result of softmax(x, dim)"},
     # nn.Softmax, nn.Softmin and nn.LogSoftmax call these; log_softmax(x).exp() is the softmax too.
     forbidden=library_calls(
         "torch.softmax",
@@ -106,14 +131,22 @@ SOFTMAX = Check(
         Property("matches torch.softmax", _matches_torch_softmax),
     ],
     error_hints=[
-        ErrorHint("unexpected keyword argument 'dim'", "the signature is softmax(x, dim=-1)."),
+        ErrorHint(
+            "unexpected keyword argument 'dim'",
+            "a softmax without the `dim` argument: the signature is softmax(x, dim=-1).",
+        ),
     ],
     hints=[
-        "softmax(x - c) = softmax(x) for any constant c: pick a c that keeps exp from overflowing.",
-        "c = the maximum of each slice along `dim`: then the largest exponent is e^0 = 1 "
-        "and the sum is >= 1.",
-        "x.amax(dim=dim, keepdim=True) keeps the reduced dimension (size 1) so the subtraction broadcasts.",
-        "Sum the exponentials along the same `dim`, also with keepdim=True, and divide.",
+        "What does torch.tensor(1000.0).exp() give in float32, and what is inf / inf? Which number can "
+        "you subtract from every logit of a slice without changing its softmax?",
+        "Test yourself: softmax(torch.tensor([[1000.0, 999.0, -1000.0]])) should be about "
+        "[[0.731, 0.269, 0.0]], with no NaN; and for x = torch.randn(3, 4), softmax(x, dim=0) should "
+        "equal torch.softmax(x, dim=0).",
+        "softmax(x)_i = e^(x_i - m) / sum_j e^(x_j - m), with m the maximum of the slice along `dim` "
+        "(one maximum per slice, not one for the whole tensor): the largest exponent is e^0 = 1, and "
+        "the sum is at least 1.",
+        "x.amax(dim=dim, keepdim=True) is the maximum of each slice, its reduced dimension kept with size 1 "
+        "so that x minus it broadcasts; sum the exponentials along the same dim, with keepdim=True too.",
     ],
 )
 
@@ -162,19 +195,21 @@ def run_attention(attention, case: Case) -> Outputs:
 
 def _matches_torch_sdpa(case: Case, out: Outputs) -> str | None:
     i = case.inputs
-    mask = None if i["mask"] is None else ~i["mask"]  # torch's attn_mask: True = allowed
+    mask = None if i["mask"] is None else ~i["mask"]  # torch's bool attn_mask: True = allowed
     want = F.scaled_dot_product_attention(i["q"], i["k"], i["v"], attn_mask=mask)
     got = out["output"]
     if got.shape != want.shape:
         return None
-    gap = _gap(got.nan_to_num(nan=float("inf")), want)
-    return None if gap <= 1e-4 else f"F.scaled_dot_product_attention differs by up to {gap:.3g}"
+    gap = _gap(got, want)
+    return None if gap <= 1e-4 else f"F.scaled_dot_product_attention {_differs(gap)}"
 
 
 def _weights_are_distributions(case: Case, out: Outputs) -> str | None:
     w = out["weights"]
-    gap = (w.sum(-1) - 1).abs().nan_to_num(nan=float("inf")).max().item()
-    return None if gap <= 1e-5 else f"each query's weights over the keys should sum to 1; off by {gap:.3g}"
+    gap = _gap(w.sum(-1), torch.ones(()))
+    return (
+        None if gap <= 1e-5 else f"each query's weights over the keys should sum to 1, but {_sums_off(gap)}"
+    )
 
 
 def _masked_get_zero(case: Case, out: Outputs) -> str | None:
@@ -182,7 +217,10 @@ def _masked_get_zero(case: Case, out: Outputs) -> str | None:
     if mask is None:
         return None
     leak = w.masked_fill(~mask.expand_as(w), 0).abs().max().item()
-    return None if leak == 0 else f"masked positions (mask True) get weight up to {leak:.3g}; they must get 0"
+    if leak == 0:
+        return None
+    weight = f"weight up to {leak:.3g}" if math.isfinite(leak) else "NaN or infinite weights"
+    return f"masked positions (mask True) get {weight}; they must get 0"
 
 
 # PyTorch's multi-head attention, the answer to Questions 4 and 5; nn.MultiheadAttention calls these.
@@ -208,30 +246,50 @@ ATTENTION = Check(
         Property("each query's weights sum to 1", _weights_are_distributions),
         Property("masked positions get zero weight", _masked_get_zero),
     ],
+    outputs={"output": "the attention output", "weights": "the tensor of attention weights"},
     error_hints=[
-        ErrorHint("cannot unpack", "return a pair: (output, weights)."),
         ErrorHint(
-            "expected a value of type bool", "apply the mask with scores.masked_fill(mask, float('-inf'))."
+            "cannot unpack non-iterable NoneType",
+            "a function that returns nothing: end it with `return output, weights`.",
+        ),
+        ErrorHint(
+            "values to unpack", "a result that is not a pair: return (output, weights), in that order."
+        ),
+        ErrorHint(
+            "masked_fill() received an invalid combination",
+            "masked_fill takes the mask, then a number: scores.masked_fill(mask, float('-inf')) "
+            "(the string '-inf' is not a number).",
         ),
         ErrorHint(
             "must match the size of tensor",
-            "k.transpose(-2, -1) swaps the last two dimensions: q (..., Tq, d) @ k^T (..., d, Tk).",
+            "dimensions that do not line up in q @ k^T: k.transpose(-2, -1) swaps the last two "
+            "dimensions, (..., Tk, d) -> (..., d, Tk); k.T reverses all of them.",
         ),
     ],
     hints=[
-        "Three steps: scores from q and k, weights = softmax of the scores over the keys, "
-        "output = weights @ v.",
-        "scores = q @ k.transpose(-2, -1) / math.sqrt(d), with d = q.shape[-1]: shape (..., Tq, Tk).",
-        "scores.masked_fill(mask, float('-inf')) before the softmax: True means NOT allowed.",
-        "Softmax over the last dimension (the keys), then return (weights @ v, weights).",
+        "For one query, which numbers say how much it reads from each key, and what must they add up "
+        "to? In the (..., Tq, Tk) scores, which dimension runs over the keys?",
+        "Test yourself against PyTorch: with q, k, v = torch.randn(3, 2, 5, 8) and "
+        "m = torch.ones(5, 5, dtype=torch.bool).triu(1), your output should match "
+        "F.scaled_dot_product_attention(q, k, v, attn_mask=~m) "
+        "(torch.allclose(..., atol=1e-6)), and weights.sum(-1) should be all ones.",
+        "weights = softmax(q k^T / sqrt(d)) over the keys, d = q.shape[-1]; a masked score (mask True) is "
+        "-inf before the softmax, so its weight is e^-inf = 0; output = weights v.",
+        "q @ k.transpose(-2, -1) is (..., Tq, Tk); scores.masked_fill(mask, float('-inf')) fills where the "
+        "mask is True; softmax over dim=-1; return (weights @ v, weights).",
     ],
 )
 
 # ---------------------------------------------------------------------------- causal mask
 
+# Seed 002 builds its causal mask as floats added to the scores (0, and -inf above the diagonal):
+# a mask with the right positions in another dtype loses only this part.
+BOOL_MASK = "a torch.bool tensor"
+
 
 def causal_mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    sizes = [(1, 0), (4, 1), (7, 3), (12, 10)]  # (T, last position kept unchanged)
+    # (T, last position kept unchanged); T = 1 last, where several wrong masks coincide.
+    sizes = [(4, 1), (7, 3), (12, 10), (1, 0)]
     if hidden:
         sizes += [(T, _int(g, 0, T - 2)) for T in (_int(g, 2, 16) for _ in range(3))]
     cases = []
@@ -241,22 +299,24 @@ def causal_mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         perturbed[..., t + 1 :, :] = torch.randn(3, 1, 2, T - t - 1, 4, generator=g)
         name = f"T={T}, tokens after position {t} changed" if t < T - 1 else f"T={T}"
         cases.append(Case(name, {"T": T, "t": t, "qkv": qkv, "qkv_perturbed": perturbed}))
-    return cases
+    return [*cases, Case("T=5, the dtype of the mask", {"T": 5}, concern=BOOL_MASK)]
 
 
 def run_causal_mask(causal_mask, case: Case) -> Outputs:
     mask = torch.as_tensor(causal_mask(case.inputs["T"]))
-    allowed = mask.logical_not()  # attn_mask of torch: True = allowed
+    if "qkv" not in case.inputs:  # the dtype case: an empty slice of the mask carries its dtype alone
+        return {"mask_dtype": mask.reshape(-1)[:0]}
+    masked = mask != 0  # the positions masked, whatever the dtype: a float mask is graded apart
     return {
-        # As integers: the judge subtracts tensors to report differences, which bool tensors refuse.
-        "mask": mask.to(torch.int64),
-        "mask_is_bool": torch.tensor(int(mask.dtype == torch.bool)),
-        "output": F.scaled_dot_product_attention(*case.inputs["qkv"], attn_mask=allowed),
-        "perturbed_output": F.scaled_dot_product_attention(*case.inputs["qkv_perturbed"], attn_mask=allowed),
+        "mask": masked,
+        "output": F.scaled_dot_product_attention(*case.inputs["qkv"], attn_mask=~masked),  # True = allowed
+        "perturbed_output": F.scaled_dot_product_attention(*case.inputs["qkv_perturbed"], attn_mask=~masked),
     }
 
 
 def _past_does_not_move(case: Case, out: Outputs) -> str | None:
+    if "output" not in out:
+        return None
     t, a, b = case.inputs["t"], out["output"], out["perturbed_output"]
     if a.shape != b.shape or a.shape[-2] != case.inputs["T"]:
         return None
@@ -275,20 +335,31 @@ CAUSAL_MASK = Check(
     target="causal_mask",
     cases=causal_mask_cases,
     run=run_causal_mask,
+    concerns=[Concern("the positions masked", weight=3), Concern(BOOL_MASK, weight=1)],
+    outputs={
+        "mask": "the mask",
+        "mask_dtype": "the mask",
+        "output": "the attention output under your mask",
+        "perturbed_output": "the attention output under your mask once the later tokens changed",
+    },
     properties=[Property("earlier outputs do not move when later tokens change", _past_does_not_move)],
     error_hints=[
         ErrorHint(
             "match the broadcast shape",
-            "causal_mask(T) must have shape (T, T): one row per query, one column per key.",
+            "a mask of the wrong shape: causal_mask(T) is (T, T), one row per query, one column per key.",
         ),
-        ErrorHint("Could not infer dtype of NoneType", "causal_mask must return the mask tensor."),
+        ErrorHint(
+            "Could not infer dtype of NoneType", "a function that returns nothing: end it with `return mask`."
+        ),
     ],
     hints=[
-        "mask[i, j] is True when query i may NOT look at key j: when j is in the future of i.",
-        "The future of i is j > i: the part of the matrix strictly above the diagonal. "
-        "The diagonal stays False.",
-        "torch.triu(matrix, diagonal=1) keeps what is strictly above the diagonal.",
-        "Start from torch.ones(T, T, dtype=torch.bool) so the mask is boolean.",
+        "Query i may read keys 0 .. i. Which entries (i, j) of a T x T matrix are the future of i? "
+        "Should the diagonal, a token reading itself, be masked?",
+        "Test yourself: print(causal_mask(4)) should show the first row [False, True, True, True] and "
+        "the last row all False, and causal_mask(4).dtype should be torch.bool.",
+        "mask[i, j] = (j > i): True strictly above the diagonal, False on it and below.",
+        "torch.triu(matrix, diagonal=1) keeps what lies strictly above the diagonal; give it a (T, T) "
+        "matrix of ones created with dtype=torch.bool.",
     ],
 )
 
@@ -348,6 +419,9 @@ def mha_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def cross_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     cases = [
+        # First, a context as long as x: keys or values read from x give wrong values there (named
+        # by the mistakes), where lengths that differ would only give a shape error.
+        _mha_case(g, 2, 5, 5, 16, 4, context=True, mask=None),
         _mha_case(g, 2, 3, 7, 16, 4, context=True, mask=None),
         _mha_case(g, 3, 6, 4, 12, 2, context=True, mask=None),
         _mha_case(g, 2, 4, 9, 16, 2, context=True, mask="padding"),
@@ -405,27 +479,69 @@ def _output_has_query_length(case: Case, out: Outputs) -> str | None:
 
 MHA_ERRORS = [
     ErrorHint(
+        "einsum()",
+        "an einsum whose letters do not fit its operands: a letter names one dimension and must have the "
+        "same size wherever it appears, e.g. 'bqhd,bkhd->bhqk' for the scores of (B, T, H, Dh) queries and "
+        "keys, 'bhqk,bkhd->bqhd' for the values.",
+    ),
+    ErrorHint(
+        "view size is not compatible",
+        "view() on a tensor that transpose or permute left non-contiguous: use .reshape(...) instead.",
+    ),
+    ErrorHint(
+        "mat1 and mat2 shapes cannot be multiplied",
+        "o_proj applied to unmerged heads: it takes vectors of size D, so reshape the heads to (B, Tq, D) "
+        "first.",
+    ),
+    ErrorHint(
         "must match the size of tensor",
-        "a shape does not line up: check the einsum letters, and that heads are split with "
-        "view(B, T, H, Dh) and merged back to (B, T, D) before o_proj.",
+        "dimensions that do not line up: the scores must be (B, H, Tq, Tk) so that the mask, broadcastable "
+        "to (B, H, Tq, Tk), fits them, and the heads are merged back to (B, Tq, D) before o_proj.",
     ),
     ErrorHint(
         "shape '[",
-        "view/reshape sizes: (B, T, D) -> (B, T, H, Dh) with H = self.num_heads, "
-        "Dh = self.head_dim; with a context, keys and values have its length Tk.",
-    ),
-    ErrorHint(
-        "einsum()",
-        "each einsum letter must name the same size in every operand: "
-        "'bqhd,bkhd->bhqk' for the scores, 'bhqk,bkhd->bqhd' for the values.",
+        "a view or reshape whose sizes do not multiply to the tensor's size: (B, T, D) -> (B, T, H, Dh) "
+        "with H = self.num_heads and Dh = self.head_dim.",
     ),
 ]
+
+# Cross-attention's shape errors come first: with a context, x (length Tq) and the context (length
+# Tk) differ, and a length that meets the other one is most often keys or values read from x.
+FROM_CONTEXT = "k_proj and v_proj read `context` (length Tk), only q_proj reads x (length Tq)"
+CROSS_ERRORS = [
+    ErrorHint(
+        "does not broadcast with previously seen size",
+        f"keys and values of different lengths, or the lengths Tq and Tk under one einsum letter: "
+        f"{FROM_CONTEXT}; give each length its own letter, 'bqhd,bkhd->bhqk', then 'bhqk,bkhd->bqhd'.",
+    ),
+    ErrorHint(
+        "Expected size for first two dimensions of batch2 tensor",
+        f"weights over Tk keys multiplied by values of another length: {FROM_CONTEXT}.",
+    ),
+    ErrorHint(
+        "must match the size of tensor",
+        f"a length Tq met a length Tk: the keys, the values and the padding mask (B, 1, 1, Tk) all have the "
+        f"context's length; {FROM_CONTEXT}.",
+    ),
+    ErrorHint(
+        "shape '[",
+        f"a view with the wrong length: {FROM_CONTEXT}; view keys and values with Tk = context.shape[1], "
+        f"queries with Tq = x.shape[1].",
+    ),
+    *MHA_ERRORS,
+]
+
+MHA_OUTPUTS = {
+    "output": "the layer's output",
+    "perturbed_output": "the layer's output once the later tokens changed",
+}
 
 MULTI_HEAD_ATTENTION = Check(
     name="01.multi_head_attention",
     target="MultiHeadAttention",
     cases=mha_cases,
     run=run_mha,
+    outputs=MHA_OUTPUTS,
     forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
     properties=[
         Property(
@@ -435,13 +551,19 @@ MULTI_HEAD_ATTENTION = Check(
     ],
     error_hints=MHA_ERRORS,
     hints=[
-        "Project x with q_proj, k_proj, v_proj; split each (B, T, D) into H heads; attend in every head; "
-        "merge the heads; apply o_proj.",
-        "Splitting: view(B, T, H, Dh) (head h owns features h*Dh to (h+1)*Dh). Scale the scores by "
-        "math.sqrt(self.head_dim), not by sqrt(D).",
-        "torch.einsum('bqhd,bkhd->bhqk', q, k) gives all heads' scores; masked_fill(mask, -inf) and softmax "
-        "over the last dimension.",
-        "torch.einsum('bhqk,bkhd->bqhd', weights, v) is (B, Tq, H, Dh): reshape it to (B, Tq, D) for o_proj.",
+        "Which features of q, k and v belong to head h? After the split, which dimension of the scores "
+        "holds the keys (the softmax runs over it), and in which order must the heads sit when you "
+        "concatenate them for o_proj?",
+        "Test yourself against a loop over heads: for each h, take columns h*Dh:(h+1)*Dh of q_proj(x), "
+        "k_proj(x) and v_proj(x) and keep the output of your scaled_dot_product_attention on them; "
+        "torch.cat the H outputs along the last dimension and apply o_proj: the result must equal your "
+        "forward (torch.allclose).",
+        "head_h = softmax(q_h k_h^T / sqrt(Dh)) v_h with q_h = q[..., h*Dh:(h+1)*Dh] (and k_h, v_h alike); "
+        "output = o_proj(concat(head_1, ..., head_H)), the heads side by side along the features of each "
+        "token.",
+        "q_proj(x).view(B, Tq, H, Dh) splits the heads; torch.einsum('bqhd,bkhd->bhqk', q, k) gives every "
+        "head's scores; torch.einsum('bhqk,bkhd->bqhd', weights, v) is (B, Tq, H, Dh), which "
+        "reshape(B, Tq, D) merges. A (B, H, Tq, Dh) result needs .transpose(1, 2) before that reshape.",
     ],
 )
 
@@ -451,13 +573,19 @@ CROSS_ATTENTION = Check(
     answer="multi_head_attention",
     cases=cross_cases,
     run=run_mha,
+    outputs=MHA_OUTPUTS,
     forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
     properties=[Property("one output vector per query", _output_has_query_length)],
-    error_hints=MHA_ERRORS,
+    error_hints=CROSS_ERRORS,
     hints=[
-        "Queries from x (the decoder), keys and values from context (the encoder output): Tq and Tk differ.",
-        "k_proj and v_proj read `context` when it is given; q_proj always reads x.",
-        "Use Tk = context.shape[1] when viewing keys and values; the scores are (B, H, Tq, Tk).",
+        "In cross-attention, which sequence asks (its length is the output's length) and which one is read? "
+        "Which of q_proj, k_proj and v_proj apply to x, and which to context?",
+        "Test yourself: with x of shape (2, 3, 16) and c of shape (2, 7, 16), mha(x, context=c) must have "
+        "shape (2, 3, 16); mha(x, context=x) must equal mha(x); and changing c must change the output.",
+        "q = q_proj(x), shape (B, Tq, D); k = k_proj(context) and v = v_proj(context), shape (B, Tk, D); "
+        "the scores are (B, H, Tq, Tk), the output (B, Tq, D).",
+        "source = x if context is None else context; Tk = source.shape[1]; view keys and values as "
+        "(B, Tk, H, Dh) and queries as (B, Tq, H, Dh).",
     ],
 )
 
@@ -507,8 +635,8 @@ def _matches_torch_layer_norm(case: Case, out: Outputs) -> str | None:
     want = F.layer_norm(i["x"], (i["x"].shape[-1],), i["weight"], i["bias"], i["eps"])
     if out["output"].shape != want.shape:
         return None
-    gap = _gap(out["output"].nan_to_num(nan=float("inf")), want)
-    return None if gap <= 1e-4 else f"torch.nn.functional.layer_norm differs by up to {gap:.3g}"
+    gap = _gap(out["output"], want)
+    return None if gap <= 1e-4 else f"torch.nn.functional.layer_norm {_differs(gap)}"
 
 
 NO_PARAMETER = ErrorHint(
@@ -524,24 +652,37 @@ LAYER_NORM = Check(
     forbidden=library_calls(  # nn.LayerNorm calls the first
         "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm"
     ),
+    outputs={
+        "weight": "the weight (gamma) that __init__ creates",
+        "bias": "the bias (beta) that __init__ creates",
+        "output": "the layer's output",
+    },
     properties=[Property("matches torch.nn.functional.layer_norm", _matches_torch_layer_norm)],
     error_hints=[
         NO_PARAMETER,
         ErrorHint("has no attribute 'bias'", NO_PARAMETER.advice),
-        ErrorHint("has no attribute 'eps'", "store eps in __init__: self.eps = eps."),
+        ErrorHint("has no attribute 'eps'", "eps is not stored: keep it in __init__, self.eps = eps."),
     ],
     hints=[
-        "Per token: subtract the mean of its D features, divide by their standard deviation, then scale "
-        "and shift feature by feature.",
-        "mean and variance over dim=-1 with keepdim=True; the variance divides by D (biased), not D - 1: "
-        "x.var(dim=-1, keepdim=True, unbiased=False), or correction=0, or the mean of (x - mean) ** 2.",
-        "eps goes inside the root: (x - mean) / torch.sqrt(var + eps), not / (std + eps).",
-        "weight = nn.Parameter(torch.ones(hidden_size)), bias = nn.Parameter(torch.zeros(hidden_size)): "
-        "one per feature, not scalars.",
+        "Over which dimension are the mean and the variance taken: the batch, the sequence, or the D "
+        "features of one token? Where does eps go, and what shape do the learned scale and shift have?",
+        "Test yourself where eps matters: x = torch.randn(2, 4, 32) * 1e-3 (variance ~1e-6, below "
+        "eps = 1e-5); LayerNorm(32)(x) must equal nn.LayerNorm(32)(x) (torch.allclose(..., atol=1e-5)). "
+        "Dividing by (std + eps) gives values about three times too large there.",
+        "mu = mean(x), var = mean((x - mu)^2) over the last dimension (divided by D, not D - 1); "
+        "y = weight * (x - mu) / sqrt(var + eps) + bias, with weight and bias vectors of size D.",
+        "x.mean(dim=-1, keepdim=True) and x.var(dim=-1, keepdim=True, unbiased=False) keep the reduced "
+        "dimension so they broadcast over D; in __init__, "
+        "self.weight = nn.Parameter(torch.ones(hidden_size)) and "
+        "self.bias = nn.Parameter(torch.zeros(hidden_size)).",
     ],
 )
 
 # -------------------------------------------------------------------------- encoder layer
+
+
+# Seed 002's encoder layer is post-LN only; the pre-LN variant is the course's addition, graded apart.
+POST_LN, PRE_LN = "post-LN (pre_norm=False)", "pre-LN (pre_norm=True)"
 
 
 def encoder_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -568,7 +709,8 @@ def encoder_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             "state_dict": state,
         }
         name = f"x (B={B}, T={T}, D={D}), H={H}, F={Fs}" + (", causal mask" if causal else "")
-        cases.append(Case(name, inputs))
+        cases.append(Case(f"post-LN, {name}", {**inputs, "pre_norm": False}))
+        cases.append(Case(f"pre-LN, {name}", {**inputs, "pre_norm": True}, concern=PRE_LN))
     return cases
 
 
@@ -616,28 +758,26 @@ class _LibraryAttention(nn.Module):
 
 def run_encoder(encoder_class, case: Case) -> Outputs:
     i = case.inputs
-    out = {}
-    for key, pre_norm in (("post_ln", False), ("pre_ln", True)):
-        layer = encoder_class(i["hidden_size"], i["num_heads"], i["ffn_size"], pre_norm=pre_norm)
-        # This question grades forward's wiring alone: PyTorch's sublayers replace the student's
-        # MultiHeadAttention and LayerNorm, whose bugs cost points in their own questions only.
-        layer.attention = _LibraryAttention(i["hidden_size"], i["num_heads"])
-        layer.norm1, layer.norm2 = nn.LayerNorm(i["hidden_size"]), nn.LayerNorm(i["hidden_size"])
-        layer.load_state_dict(i["state_dict"])
-        out[key] = layer(i["x"], mask=i["mask"])
-    return out
+    layer = encoder_class(i["hidden_size"], i["num_heads"], i["ffn_size"], pre_norm=i["pre_norm"])
+    # This question grades forward's wiring alone: PyTorch's sublayers replace the student's
+    # MultiHeadAttention and LayerNorm, whose bugs cost points in their own questions only.
+    layer.attention = _LibraryAttention(i["hidden_size"], i["num_heads"])
+    layer.norm1, layer.norm2 = nn.LayerNorm(i["hidden_size"]), nn.LayerNorm(i["hidden_size"])
+    layer.load_state_dict(i["state_dict"])
+    return {"pre_ln" if i["pre_norm"] else "post_ln": layer(i["x"], mask=i["mask"])}
 
 
 def _post_ln_is_normalised(case: Case, out: Outputs) -> str | None:
     """post-LN ends with norm2: undoing its affine map must give zero mean per token."""
-    y, state = out["post_ln"], case.inputs["state_dict"]
-    if y.shape != case.inputs["x"].shape:
+    y, state = out.get("post_ln"), case.inputs["state_dict"]
+    if y is None or y.shape != case.inputs["x"].shape:
         return None
     normed = (y - state["norm2.bias"]) / state["norm2.weight"]
     gap = normed.mean(-1).abs().max().item()
-    return (
-        None if gap <= 1e-4 else f"post-LN must end with norm2, but the output's mean per token is {gap:.3g}"
-    )
+    if gap <= 1e-4:
+        return None
+    mean = f"up to {gap:.3g}" if math.isfinite(gap) else "NaN or infinite"
+    return f"post-LN must end with norm2, but the output's mean per token is {mean}"
 
 
 # Forbids no call: its run puts PyTorch's attention and LayerNorm in place of the student's, and
@@ -647,25 +787,31 @@ ENCODER_LAYER = Check(
     target="EncoderLayer",
     cases=encoder_cases,
     run=run_encoder,
+    concerns=[Concern(POST_LN), Concern(PRE_LN)],
+    outputs={"post_ln": "the post-LN layer's output", "pre_ln": "the pre-LN layer's output"},
     properties=[Property("the post-LN output is the output of norm2", _post_ln_is_normalised)],
     error_hints=[
         ErrorHint(
             "Error(s) in loading state_dict",
-            "keep the given __init__ (attention, norm1, norm2, ffn with its two Linear layers).",
+            "an __init__ that is not the given one: keep it (attention, norm1, norm2, and ffn with its two "
+            "Linear layers).",
         ),
         ErrorHint(
-            "got an unexpected keyword argument 'mask'", "pass the mask on as attention(..., mask=mask)."
+            "got an unexpected keyword argument 'mask'",
+            "a sublayer called with a mask it does not take: pass the mask to the attention only, "
+            "self.attention(..., mask=mask).",
         ),
     ],
     hints=[
-        "Two sublayers, attention then ffn, each with a residual connection (x + sublayer(...)) "
-        "and a LayerNorm.",
-        "post-LN: the norm comes after the residual sum. pre-LN: the norm comes before the sublayer, "
-        "and the sum "
-        "adds the raw x.",
-        "post-LN: x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ffn(x)).",
-        "pre-LN: x = x + attention(norm1(x), mask=mask), then x = x + ffn(norm2(x)). "
-        "Branch on self.pre_norm.",
+        "In each variant, what does the residual connection add the sublayer's output to: the raw x, or a "
+        "normalised copy of it? Does a LayerNorm come before the sublayer or after the sum?",
+        "Test yourself: zero the weight and bias of layer.attention.o_proj and of layer.ffn[2] (under "
+        "torch.no_grad()), so that both sublayers output 0. Then the pre-LN layer must return x unchanged, "
+        "and the post-LN layer must return layer.norm2(layer.norm1(x)).",
+        "post-LN: h = norm1(x + attention(x)), y = norm2(h + ffn(h)). "
+        "pre-LN: h = x + attention(norm1(x)), y = h + ffn(norm2(h)).",
+        "Branch on self.pre_norm and return from each branch; the mask goes to the attention only, "
+        "self.attention(..., mask=mask), and self.ffn takes the tensor alone.",
     ],
 )
 

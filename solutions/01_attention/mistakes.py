@@ -77,6 +77,10 @@ def mask_of_floats(T):
     return torch.triu(torch.ones(T, T), diagonal=1)
 
 
+def mask_true_where_allowed(T):
+    return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
 # ----------------------------------------------------------------- multi-head attention
 
 
@@ -86,8 +90,10 @@ class _MHA(nn.Module):
     scale_by_hidden_size = False
     softmax_dim = -1
     split = "correct"  # or "head_dim_first", "no_transpose"
+    heads_moved_back = True  # (B, H, Tq, Dh) -> (B, Tq, H, Dh) before merging
     project_output = True
     keys_from_x = False
+    values_from_x = False
     queries_from_context = False
 
     def __init__(self, hidden_size, num_heads):
@@ -109,16 +115,19 @@ class _MHA(nn.Module):
         return y.view(B, T, H, Dh).transpose(1, 2)
 
     def forward(self, x, context=None, mask=None):
-        source = x if context is None or self.keys_from_x else context
+        source = x if context is None else context
         query_source = context if self.queries_from_context and context is not None else x
         q = self._heads(self.q_proj(query_source))
-        k, v = self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
+        k = self._heads(self.k_proj(x if self.keys_from_x else source))
+        v = self._heads(self.v_proj(x if self.values_from_x else source))
         D = self.num_heads * self.head_dim
         scores = q @ k.transpose(-2, -1) / math.sqrt(D if self.scale_by_hidden_size else self.head_dim)
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         heads = scores.softmax(dim=self.softmax_dim) @ v  # (B, H, Tq, Dh)
-        merged = heads.transpose(1, 2).reshape(q.shape[0], q.shape[2], D)
+        if self.heads_moved_back:
+            heads = heads.transpose(1, 2)  # (B, Tq, H, Dh)
+        merged = heads.reshape(q.shape[0], q.shape[2], D)
         return self.o_proj(merged) if self.project_output else merged
 
 
@@ -138,12 +147,25 @@ class MHAViewWithoutTranspose(_MHA):
     split = "no_transpose"
 
 
+class MHAHeadsNotMovedBack(_MHA):
+    heads_moved_back = False
+
+
 class MHANoOutputProjection(_MHA):
     project_output = False
 
 
 class MHAKeysValuesFromX(_MHA):
     keys_from_x = True
+    values_from_x = True
+
+
+class MHAKeysFromX(_MHA):
+    keys_from_x = True
+
+
+class MHAValuesFromX(_MHA):
+    values_from_x = True
 
 
 class MHAQueriesFromContext(_MHA):
@@ -268,6 +290,13 @@ MHA_MISTAKES = [
         MHAViewWithoutTranspose,
     ),
     Mistake(
+        "the heads merged from (B, H, Tq, Dh) without moving H back next to Dh",
+        "reshape(B, Tq, D) reads a (B, H, Tq, Dh) tensor in memory order, so each output token gets "
+        "rows of other tokens. Move the heads back first, heads.transpose(1, 2) to (B, Tq, H, Dh), or "
+        "let the values einsum write 'bhqk,bkhd->bqhd'; then reshape(B, Tq, D).",
+        MHAHeadsNotMovedBack,
+    ),
+    Mistake(
         "the output projection o_proj is missing",
         "merge the heads back to (B, T, D), then apply self.o_proj.",
         MHANoOutputProjection,
@@ -309,7 +338,9 @@ MISTAKES = {
         ),
         Mistake(
             "the mask convention is inverted",
-            "True in the mask means NOT allowed: masked_fill(mask, -inf), not masked_fill(~mask, ...).",
+            "True in the mask means NOT allowed, and masked_fill fills where the mask is True: "
+            "masked_fill(mask, float('-inf')). ~mask is what F.scaled_dot_product_attention's attn_mask "
+            "takes (it keeps where True), not masked_fill.",
             attention_mask_inverted,
         ),
         Mistake(
@@ -330,8 +361,16 @@ MISTAKES = {
             mask_anti_causal,
         ),
         Mistake(
+            "True marks the allowed positions (the lower triangle and the diagonal)",
+            "that is the convention of F.scaled_dot_product_attention's attn_mask; this course's mask is "
+            "True where attention is NOT allowed, the future j > i: torch.triu(..., diagonal=1).",
+            mask_true_where_allowed,
+        ),
+        Mistake(
             "a float mask instead of a boolean one",
-            "build it with dtype=torch.bool: masked_fill and attn_mask read a bool mask as 'True = masked'.",
+            "build it with dtype=torch.bool. masked_fill(mask, value) fills where a bool mask is True and "
+            "refuses a float one, and F.scaled_dot_product_attention adds a float attn_mask to the scores "
+            "instead of masking them (0 and -inf is such an additive mask, not a boolean one).",
             mask_of_floats,
         ),
     ],
@@ -341,6 +380,18 @@ MISTAKES = {
             "keys and values taken from x instead of from the context",
             "with a context, k_proj and v_proj read `context`; only q_proj reads x.",
             MHAKeysValuesFromX,
+        ),
+        Mistake(
+            "keys taken from x instead of from the context",
+            "k_proj reads `context`, as v_proj does: the keys must belong to the tokens whose values "
+            "are mixed. Only q_proj reads x.",
+            MHAKeysFromX,
+        ),
+        Mistake(
+            "values taken from x instead of from the context",
+            "v_proj reads `context`, as k_proj does: the weights are over the context's tokens, so the "
+            "values mixed must be theirs. Only q_proj reads x.",
+            MHAValuesFromX,
         ),
         Mistake(
             "queries taken from the context",
