@@ -414,7 +414,9 @@ def judge_concern(
     for case, result in zip(cases, results, strict=True):
         for name, failure in _property_failures(check, case, result):
             return False, f"case {case.name}: property '{name}' fails: {failure}"
-    names = ", ".join(p.name for p in check.properties)
+    # The properties are named once, with the core: an edge's cases may not exercise them all.
+    core = not check.concerns or check.concern_of(cases[0]) == check.concerns[0].name
+    names = ", ".join(p.name for p in check.properties) if core else ""
     extra = f"; properties hold: {names}" if names else ""
     met = "meet the check's criterion" if check.criterion else "match the reference"
     count = "1 case" if len(cases) == 1 else f"{len(cases)} cases"
@@ -526,7 +528,7 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:
         if _judge_case_quietly(check, result, wrong):
-            return f"{mistake.name}. {mistake.advice}"
+            return f"{mistake.name}. {_sentence(mistake.advice)}"
     reference = expect.reference
     if isinstance(reference, dict) and len(reference) > 1:
         wrong_keys = [k for k in reference if not _same_output(check, result, reference, k)]
@@ -535,16 +537,21 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
             if keys:
                 what = ", ".join(check.describe(k) for k in keys)
-                explained.append(f"{mistake.name} ({what} as with that mistake). {mistake.advice}")
+                explained.append(f"{mistake.name} ({what} as with that mistake). {_sentence(mistake.advice)}")
         if explained:
             return "more than one thing may be wrong; in part: " + " | ".join(explained)
     nearest = _nearest_mistake(result, reference, known) if isinstance(reference, dict) else None
     if nearest:
         return (
             f"closest to the known mistake '{nearest.name}' (your values are much nearer to it than to "
-            f"the right ones; something else may be wrong too). {nearest.advice}"
+            f"the right ones; something else may be wrong too). {_sentence(nearest.advice)}"
         )
     return ""
+
+
+def _sentence(advice: str) -> str:
+    """Advice as a sentence: it follows the mistake's name and a full stop."""
+    return advice[:1].upper() + advice[1:]
 
 
 def _same_output(check: Check, result: Outputs, other: Outputs, key: str) -> bool:
