@@ -90,6 +90,7 @@ def draw_boundary(ax, model: torch.nn.Module, x_train, y_train, x_test, y_test, 
             label=f"held-out, class {label}",
         )
     ax.set(xlim=(-GRID_LIMIT, GRID_LIMIT), ylim=(-GRID_LIMIT, GRID_LIMIT), aspect="equal")
+    ax.set(xlabel="first input x[:, 0]", ylabel="second input x[:, 1]")
 
 
 @dataclass
