@@ -1,6 +1,7 @@
 """Synthetic submissions made from the release and the reference: the students of the tests."""
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 import nbformat
@@ -8,7 +9,7 @@ import nbformat
 from autograder.api import grading_seed, judge_results, make_cases
 from autograder.cells import grade_id, nbgrader_meta
 from autograder.checks import CHECKS
-from autograder.core import Check, run_stage
+from autograder.core import Check, Verdict, run_stage
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
 from autograder.reference import assignment_of, is_reference_cell
 
@@ -70,22 +71,34 @@ def objects_for(check: Check, names: dict):
     return objects[0] if isinstance(check.target, str) else objects
 
 
-def score_when_graded(assignment: str, notebook: nbformat.NotebookNode, batch_seed: int) -> float:
-    """The score the grader must give `notebook`, worked out here without kernel or sandbox:
-    each check of the assignment judged on the cases the batch seed draws, visible and hidden."""
+def checks_of(assignment: str) -> list[str]:
+    return [name for name in CHECKS if assignment_of(name) == assignment]
+
+
+def verdicts_when_graded(
+    notebook: nbformat.NotebookNode, batch_seed: int, checks: Iterable[str]
+) -> dict[tuple[str, bool], Verdict]:
+    """The verdict the grader must give each test cell (check, hidden) of `checks` in `notebook`,
+    worked out here without kernel or sandbox, on the cases the batch seed draws. A check whose
+    objects the notebook does not define has none: its test cell raises NameError, earning nothing."""
     names = namespace(notebook)
-    score = 0.0
-    for name, check in CHECKS.items():
-        if assignment_of(name) != assignment:
+    verdicts = {}
+    for name in checks:
+        check = CHECKS[name]
+        try:
+            objects = objects_for(check, names)
+        except KeyError:
             continue
         for hidden in (False, True):
             cases = make_cases(name, hidden=hidden, seed=grading_seed(batch_seed, name, hidden))
-            try:
-                objects = objects_for(check, names)
-            except KeyError:  # not defined: the test cell raises NameError and earns nothing
-                continue
-            score += judge_results(name, cases, run_stage(check, objects, cases), hidden=hidden).points
-    return score
+            results = run_stage(check, objects, cases)
+            verdicts[name, hidden] = judge_results(name, cases, results, hidden=hidden)
+    return verdicts
+
+
+def score_when_graded(assignment: str, notebook: nbformat.NotebookNode, batch_seed: int) -> float:
+    """The score the grader must give `notebook`: every check of its assignment, visible and hidden."""
+    return sum(v.points for v in verdicts_when_graded(notebook, batch_seed, checks_of(assignment)).values())
 
 
 def digests(folder: Path) -> dict[str, str]:

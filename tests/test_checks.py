@@ -6,6 +6,7 @@ few targeted tests of the verdict messages.
 """
 
 import copy
+import secrets
 from functools import cache
 
 import pytest
@@ -15,6 +16,7 @@ from autograder import CHECKS, CheckFailed, check, evaluate, reference
 from autograder.api import make_cases
 from autograder.core import run_stage
 
+from . import hardest_seeds
 from .alternatives import (
     ALTERNATIVES,
     RMSNormOneOverSqrt,
@@ -24,7 +26,6 @@ from .alternatives import (
 )
 from .submissions import namespace, objects_for, release
 
-SEEDS = [1, 2, 3]
 HIDDEN_SEED = 7
 # None: the visible cases (from the snapshot); an int: the hidden cases drawn from that seed.
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
@@ -44,14 +45,10 @@ def release_namespace(assignment):
     return namespace(release(assignment))
 
 
-def _id(seed):
-    return "visible" if seed is None else f"seed{seed}"
-
-
 # -------------------------------------------------------------------- every check
 
 
-@pytest.mark.parametrize("seed", [None, *SEEDS], ids=_id)
+@VISIBLE_AND_HIDDEN
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name, seed):
     result = verdict(name, reference_of(name), seed)
@@ -74,11 +71,13 @@ MISTAKES = [
 ]
 
 
-@VISIBLE_AND_HIDDEN
 @pytest.mark.parametrize(("name", "mistake"), MISTAKES)
-def test_mistake_is_diagnosed(name, mistake, seed):
-    result = verdict(name, mistake.impl, seed)
-    assert not result.passed
+def test_mistake_is_diagnosed(name, mistake):
+    """On the visible cases, as a student's notebook judges them (from the snapshot). The hidden
+    cases: test_grading.py::test_every_mistake_costs_points_and_is_named, through a notebook."""
+    result = verdict(name, mistake.impl)
+    # A mistake costs points, or fails a concern that is advice only (and is named there).
+    assert not result.passed or any(not part.passed for part in result.parts), result.message
     assert f"Looks like: {mistake.name}" in result.message, result.message
 
 
@@ -89,21 +88,39 @@ ALTERNATIVE_ANSWERS = [
 ]
 
 
-@pytest.mark.parametrize("seed", [None, *SEEDS], ids=_id)
+@VISIBLE_AND_HIDDEN
 @pytest.mark.parametrize(("name", "answer"), ALTERNATIVE_ANSWERS)
 def test_correct_alternative_passes(name, answer, seed):
     result = verdict(name, answer, seed)
     assert result.passed, result.message
 
 
+FRESH_SEEDS = 4  # per check and run, besides the pinned ones
+
+
 @pytest.mark.parametrize("name", CHECKS)
 def test_correct_answers_never_fail_by_chance(name):
-    """Hidden cases are random: a correct answer must pass all of them, not most (100 seeds)."""
-    answers = [reference_of(name), *ALTERNATIVES[name]]
+    """Hidden cases are random: a correct answer must pass all of them, not most.
+
+    Every answer on 100 seeds per check took nearly all of this file's time (three minutes on
+    an idle machine), and most seeds are far from any edge. Instead benchmarks/hardest_seeds.py
+    judges every answer on 300 seeds once and pins, in tests/hardest_seeds.json, the seeds on
+    which one comes closest to the check's tolerance (or criterion), and each answer's worst;
+    those run here, with a few seeds drawn afresh on each run (a failure names its seed). The
+    pins hold only for the cases and answers that were scanned: after a change to either, this
+    fails until the check is scanned again.
+    """
+    pinned = hardest_seeds.load()["checks"].get(name)
+    rescan = f"run `.venv/bin/python benchmarks/hardest_seeds.py {name}`"
+    assert pinned, f"no hardest seeds pinned for {name}: {rescan}"
+    assert pinned["answers"] == hardest_seeds.answer_names(name), f"its answers changed: {rescan}"
+    assert pinned["cases"] == hardest_seeds.fingerprint(name, pinned["seeds"]), f"its cases changed: {rescan}"
+    seeds = [*pinned["seeds"], *(secrets.randbelow(2**31) for _ in range(FRESH_SEEDS))]
+    answers = dict(zip(pinned["answers"], [reference_of(name), *ALTERNATIVES[name]], strict=True))
     failures = [
-        (getattr(answer, "__name__", answer), seed, result.message)
-        for answer in answers
-        for seed in range(100, 200)
+        (answer_name, seed, result.message)
+        for answer_name, answer in answers.items()
+        for seed in seeds
         if not (result := verdict(name, answer, seed)).passed
     ]
     assert not failures, failures[:3]
@@ -127,7 +144,7 @@ def test_wrong_shape_is_named_before_dtype_and_values():
     table = reference_of("04.rotation_matrix")
     result = verdict("04.rotation_matrix", lambda *args: table(*args).T.to(torch.complex128))
     first = result.message.splitlines()[0]
-    assert first.endswith("'rotation_matrix' has shape (4, 16), expected (16, 4)"), first
+    assert first.endswith("the rotation table has shape (4, 16), expected (16, 4)"), first
 
 
 class NoEpsDoubled(RMSNormOneOverSqrt):
@@ -139,7 +156,7 @@ class NoEpsDoubled(RMSNormOneOverSqrt):
 
 def test_non_finite_output_is_named_before_values():
     message = verdict("07.rmsnorm_norm", NoEpsDoubled).message
-    assert "'normed' contains nan at index (0, 0, 0), expected finite values" in message.splitlines()[0]
+    assert "_norm(x) contains nan at index (0, 0, 0), expected finite values" in message.splitlines()[0]
     assert "differs" not in message
 
 
@@ -160,9 +177,18 @@ def test_student_error_is_reported_with_its_type_and_hint():
 
 def test_check_failed_renders_only_the_verdict():
     with pytest.raises(CheckFailed) as failure:
-        check("07.rmsnorm", NoEpsDoubled)
+        check("07.rmsnorm", WeightNotApplied)
     assert failure.value._render_traceback_() == [f"CheckFailed: {failure.value.verdict}"]
-    assert str(failure.value.verdict).startswith("[07.rmsnorm] FAILED (0/1): case ")
+    assert str(failure.value.verdict).startswith(
+        "[07.rmsnorm] FAILED (0/1):\n- float32 x (0/0.75): FAILED: case "
+    )
+
+
+class WeightNotApplied(RMSNormOneOverSqrt):
+    """A right _norm, and a forward that forgets the weight: the layer's own check fails."""
+
+    def forward(self, x):
+        return self._norm(x.float()).type_as(x)
 
 
 class RoPEInPlace(RoPEReal):
@@ -178,6 +204,9 @@ def test_editing_inputs_in_place_changes_no_case():
     originals = copy.deepcopy(cases)
     run_stage(CHECKS["04.rope_forward"], RoPEInPlace, cases)
     for case, original in zip(cases, originals, strict=True):
-        assert all(torch.equal(case.inputs[k], v) for k, v in original.inputs.items()), case.name
+        assert all(
+            torch.equal(case.inputs[k], v) if isinstance(v, torch.Tensor) else case.inputs[k] == v
+            for k, v in original.inputs.items()
+        ), case.name
     assert verdict("04.rope_forward", RoPEInPlace).passed
     assert verdict("04.rope_forward", RoPEInPlace, seed=1).passed

@@ -904,8 +904,9 @@ def test_originals_unchanged_and_rerun_identical(graded):
 
 def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
     text = page_text(graded["out"] / "feedback" / "patches-comparisons" / f"{ASSIGNMENT}.html")
-    assert "[07.rmsnorm] FAILED (0/2): case " in text  # the hidden check: which case, by how much
-    assert "differs at index" in text and "largest difference" in text
+    # the hidden check, each concern apart: which case, by how much
+    assert re.search(r"\[07\.rmsnorm\] FAILED \(0/2\):\n- [^\n]*: FAILED: case ", text)
+    assert "output at index (" in text and "values off by more than rounding allows; the largest by" in text
     assert "Property 'matches torch.nn.functional.rms_norm' fails too" in text
     assert "hidden=True" not in text and "Traceback" not in text
 
@@ -914,7 +915,7 @@ def test_a_killed_batch_resumes_without_regrading(tmp_path):
     """Kill `course grade` midway (as a power cut would); the re-run finishes the rest only, and
     removes the process groups and sandboxes' folder the killed run left."""
     submissions, out = tmp_path / "in", tmp_path / "out"
-    for student in ("a", "b", "c", "d"):
+    for student in ("a", "b", "c"):
         (submissions / student).mkdir(parents=True)
         nbformat.write(perfect(ASSIGNMENT), submissions / student / f"{ASSIGNMENT}.ipynb")
     command = [
@@ -930,19 +931,19 @@ def test_a_killed_batch_resumes_without_regrading(tmp_path):
         command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     results = out / "work" / "results"
-    while batch.poll() is None and len(list(results.rglob("*.json"))) < 2:
+    while batch.poll() is None and not list(results.rglob("*.json")):
         threading.Event().wait(0.2)
     os.killpg(batch.pid, 9)
     batch.wait()
     killed = json.loads((out / "work" / "batch.json").read_text())
     assert Path(killed["scratch"]).exists()
     finished = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
-    assert 1 <= len(finished) < 4
+    assert 1 <= len(finished) < 3
     rerun = subprocess.run(command, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert not Path(killed["scratch"]).exists() and not (out / "work" / "batch.json").exists()
     assert not killed["group"] or not any(g.name == killed["group"] for g in _leftover_groups())
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
     with (out / "grades.csv").open() as f:
-        assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 4
+        assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 3
     assert _leftovers() == []
