@@ -596,7 +596,8 @@ def _same_loss(got: float, want: float) -> bool:
 def _accuracy(case: Case, layers: list) -> float:
     with torch.no_grad():
         predicted = _logits(case, layers, case.inputs["x_test"]).argmax(dim=1)
-    return (predicted == case.judge_only["y_test"]).float().mean().item()
+    # Counted in integers: 180 of 200 as a float32 mean is 0.89999998, below a 0.9 it reaches.
+    return int((predicted == case.judge_only["y_test"]).sum()) / len(predicted)
 
 
 def spirals_criterion(case: Case, out: Outputs) -> str | None:
