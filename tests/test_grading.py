@@ -115,9 +115,9 @@ def _costly(verdicts: dict[tuple[str, bool], Verdict]) -> dict[tuple[str, bool],
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.student)
 def test_every_mistake_costs_points_and_is_named(mutant):
     """Handed in as a notebook, each catalogued mistake costs points (not necessarily all of a
-    check: a concern may be advice only), and the verdicts of the visible and the hidden test
-    cell of each check that catalogues it, judged on the batch's cases, name it (as the
-    feedback page will)."""
+    check), or fails a concern that is advice only, worth none; and the verdicts of the visible
+    and the hidden test cell of each check that catalogues it, judged on the batch's cases,
+    name it (as the feedback page will)."""
     verdicts = _own_verdicts(mutant)
     assert {name for name, _ in verdicts} == set(mutant.named_by)
     advice = any(not part.passed for v in verdicts.values() for part in v.parts)
@@ -263,7 +263,7 @@ def graded(tmp_path_factory):
                 "--out",
                 str(out),
                 "--jobs",
-                "3",  # one more than CI's cores: too-slow, too-slow-early and infinite-loop mostly wait
+                "2",
                 "--cell-timeout",
                 str(CELL_TIMEOUT),
                 "--notebook-timeout",
