@@ -418,10 +418,12 @@ def judge_concern(
     core = not check.concerns or check.concern_of(cases[0]) == check.concerns[0].name
     names = ", ".join(p.name for p in check.properties) if core else ""
     extra = f"; properties hold: {names}" if names else ""
-    met = "meet the check's criterion" if check.criterion else "match the reference"
-    count = "1 case" if len(cases) == 1 else f"{len(cases)} cases"
-    verb = met.replace("meet", "meets").replace("match ", "matches ") if len(cases) == 1 else met
-    return True, f"{count} {verb}{extra}"
+    one = len(cases) == 1
+    if check.criterion:
+        met = f"{'meets' if one else 'meet'} the check's criterion"
+    else:
+        met = f"{'matches' if one else 'match'} the reference"
+    return True, f"{'1 case' if one else f'{len(cases)} cases'} {met}{extra}"
 
 
 def _property_failures(check: Check, case: Case, result: RunResult) -> list[tuple[str, str]]:
@@ -527,7 +529,7 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
         return ""
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:
-        if _judge_case_quietly(check, result, wrong):
+        if all(_same_output(check, result, wrong, key) for key in wrong):
             return f"{mistake.name}. {_sentence(mistake.advice)}"
     reference = expect.reference
     if isinstance(reference, dict) and len(reference) > 1:
@@ -555,6 +557,7 @@ def _sentence(advice: str) -> str:
 
 
 def _same_output(check: Check, result: Outputs, other: Outputs, key: str) -> bool:
+    """Whether one output equals another's; outputs too malformed to compare do not."""
     try:
         return key in result and key in other and compare_tensors(check, key, result[key], other[key]) is None
     except Exception:
@@ -591,11 +594,3 @@ def _distance(result: Outputs, other: Outputs, reference: Outputs) -> float:
             return math.inf
         total += float((g - w).norm() / (s.norm() + 1e-12))
     return total
-
-
-def _judge_case_quietly(check: Check, result: Outputs, wrong: Outputs) -> bool:
-    """Whether the result equals a mistake's outputs; outputs too malformed to compare do not."""
-    try:
-        return _compare(check, result, wrong) is None
-    except Exception:
-        return False
