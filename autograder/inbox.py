@@ -1,11 +1,21 @@
 """What a batch grades: the submissions found in a folder or zip, copied into OUT/work/inbox.
 
-A student's files are only ever the ones in their own folder (or named after them, flat),
-and whatever cannot be graded becomes a `failed` row that says why, never a silent drop.
-Only plain files with names that can be shown as they are reach the inbox; one bad file or
-zip entry is refused on its own, the rest of the batch is graded.
+A source is a class's files as the instructor collected them: plain folders (<student>/<file>,
+flat <student>_<notebook>.ipynb), a learning-management system's export (Canvas, Moodle,
+Blackboard, Gradescope: exports.py reads their names, docs/lms-exports.md says how), or a zip
+of either. Each file's path is read on its own; a notebook whose name does not name a notebook
+exactly is recognised by its cells (recognition.py). Where an export holds several attempts at
+one notebook, the latest is graded and the others are listed as superseded.
+
+A student's files are only ever the ones in their own folder (or named after them, flat, or
+given to them by the export's metadata), and whatever cannot be graded becomes a `failed` row
+that says why and what to do, never a silent drop. Only plain files with names that can be
+shown as they are reach the inbox; one bad file or zip entry is refused on its own, the rest of
+the batch is graded. Every file of the source is listed with what became of it (Intake.files,
+written to OUT/intake.csv by write_intake_report).
 """
 
+import csv
 import lzma
 import os
 import re
@@ -15,84 +25,372 @@ import unicodedata
 import zipfile
 import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import exports
+from .exports import LMS_NAMES, METADATA, STUDENT_ID, Identified
 from .paths import assignments
-from .report import UNPRINTABLE, Result, failed
+from .recognition import recognise
+from .report import UNPRINTABLE, Result, _cell, failed
+
+__all__ = ["STUDENT_ID", "Intake", "IntakeFile", "Submission", "find_submissions", "write_intake_report"]
 
 
 @dataclass(frozen=True)
 class Submission:
-    student: str
+    student: str  # the id the LMS knows the student by, or the plain layout's name: a folder name in OUT
     notebook: str  # an assignment name, e.g. "04_rope"
     path: Path  # the copy in work/inbox
+    name: str = ""  # the student's full name where the export gives one
+    late: bool = False  # the export marks it late (Canvas _LATE_)
+    submitted_at: str = ""  # when the export says it was submitted, ISO 8601, "" if it does not say
+    origin: str = ""  # the file's path in the source as given (folder or zip), for the logs
+    lms: str = ""  # "canvas" | "moodle" | "blackboard" | "gradescope" | "" (plain layouts)
+    note: str = ""  # what the intake recognised, one or more lines for the notebook's log
+
+
+@dataclass(frozen=True)
+class IntakeFile:
+    path: str  # the file's path in the source
+    outcome: str  # "graded", "superseded" (an older attempt), "read" (metadata used), "ignored", "refused"
+    student: str = ""
+    notebook: str = ""
+    detail: str = ""  # why, in words
+
+
+@dataclass
+class Intake:
+    submissions: list[Submission] = field(default_factory=list)
+    rejected: list[Result] = field(default_factory=list)  # the `failed` rows
+    files: list[IntakeFile] = field(default_factory=list)  # every file of the source, and what became of it
 
 
 MAX_ARCHIVE_BYTES = 8 * 2**30  # a class's zip; more is a zip bomb, not notebooks
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
-IGNORED_FOLDERS = {".ipynb_checkpoints", "__MACOSX"}  # Jupyter's autosaves, macOS's resource forks
+MAX_TEXT_BYTES = 16 * 2**20  # a receipt or submission_metadata.yml; more is not what an export writes
+IGNORED_FOLDERS = {  # never submissions: listed, not looked at
+    ".ipynb_checkpoints": "in .ipynb_checkpoints/: Jupyter's autosaves, not a submission",
+    "__MACOSX": "in __MACOSX/: macOS's copies of file attributes, not a submission",
+}
 
 
-def find_submissions(source: Path, work: Path) -> tuple[list[Submission], list[Result]]:
-    """Copy the notebooks of `source` into work/inbox; return the submissions and what was rejected.
+def find_submissions(source: Path, work: Path) -> Intake:
+    """Copy what the intake reads of `source` into work/inbox; the submissions, the refused and every file.
 
-    Accepted: <student>/<notebook>.ipynb, flat <student>_<notebook>.ipynb, or a zip of either
-    (folders all the files share, such as an LMS export's top folder, are looked through).
-    A student's files are only ever the ones directly in their folder, and two files for one
-    notebook are both rejected rather than one picked.
+    Accepted, per file: <student>/<file>, flat <student>_<notebook>.ipynb, the exports of Canvas,
+    Moodle, Blackboard and Gradescope, or a zip of any (folders all the files share, such as an
+    export's top folder, are looked through). A student's files are only ever the ones directly in
+    their folder; two files for one notebook are both refused rather than one picked, unless the
+    export orders them as attempts (the latest is graded).
     """
     inbox = work / "inbox"
     shutil.rmtree(inbox, ignore_errors=True)
     inbox.mkdir(parents=True)
     if source.is_dir():
-        rejected = _copy_folder(source, inbox)
+        entries = _copy_folder(source, inbox)
     elif zipfile.is_zipfile(source):
-        rejected = _unpack_zip(source, inbox)
+        entries = _unpack_zip(source, inbox)
     else:
         raise SystemExit(f"{source} is neither a folder nor a zip file")
-    paths = [p.relative_to(inbox) for p in sorted(inbox.rglob("*.ipynb")) if p.is_file()]
-    wrapper = _shared_folders(paths)
-    known = assignments()
-    found: dict[tuple[str, str], list[Path]] = {}
-    for relative in paths:
-        student, notebook = _identify(Path(*relative.parts[wrapper:]), known)
-        if student is None or not STUDENT_ID.match(student):
-            reason = "cannot tell the student and notebook from this file name"
-            rejected.append(failed(str(relative), notebook or "", reason))
-        elif notebook is None:
-            rejected.append(failed(student, relative.stem, "not a notebook of this course"))
+    return _Assembly(inbox, tuple(assignments())).run(entries)
+
+
+def write_intake_report(path: Path, files: list[IntakeFile]) -> None:
+    """OUT/intake.csv: every file of the source and what became of it (text fields as in grades.csv)."""
+    partial = path.with_suffix(".partial")
+    with partial.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "outcome", "student", "notebook", "detail"])
+        for r in files:
+            writer.writerow(
+                [_cell(r.path), _cell(r.outcome), _cell(r.student), _cell(r.notebook), _cell(r.detail)]
+            )
+    partial.rename(path)
+
+
+@dataclass
+class _Entry:
+    """A file of the source, as listed, and its copy in the inbox where the intake reads it."""
+
+    origin: str  # its path in the source as given
+    parts: tuple[str, ...]  # its folders and name
+    copy: Path | None = None
+    refusal: str = ""  # why it was refused before its name was read (it gets a failed row)
+    skipped: str = ""  # why it was not looked at
+
+
+@dataclass
+class _Candidate:
+    """A notebook file that is one student's work on one notebook."""
+
+    entry: _Entry
+    found: Identified
+    student: str
+    name: str
+    notebook: str
+    note: str  # how its notebook was told, where not by its exact name
+    submitted_at: str
+    attempt: tuple
+    attempt_label: str
+
+
+# ------------------------------------------------------------------------------ assembly
+
+
+class _Assembly:
+    """Turns the listed files into submissions, failed rows and the intake's list of files."""
+
+    def __init__(self, inbox: Path, known: tuple[str, ...]):
+        self.inbox, self.known = inbox, known
+        self.intake = Intake()
+        self.recognised: dict[str, tuple[str, str]] = {}
+        self.group_copies: Path | None = None
+
+    def run(self, entries: list[_Entry]) -> Intake:
+        listed = []
+        for entry in entries:
+            if entry.refusal:
+                self._refuse(entry, entry.origin, "", entry.refusal)
+            elif entry.skipped:
+                self._file(entry, "ignored", detail=entry.skipped)
+            else:
+                listed.append(entry)
+        layout = exports.layout_of([e.parts for e in listed if e.copy], self.known)
+        found = [(entry, layout.identify(entry.parts)) for entry in listed]
+        receipts = self._receipts([(e, f) for e, f in found if f.kind == "receipt" and e.copy])
+        metadata = self._metadata([e for e, f in found if f.kind == "metadata" and e.copy])
+        candidates: dict[tuple[str, str], list[_Candidate]] = {}
+        for entry, what in found:
+            if what.kind in ("receipt", "metadata") and entry.copy:
+                continue
+            if what.kind == "refused":
+                self._refuse(entry, entry.origin, "", what.detail)
+            elif what.kind != "notebook" or not entry.copy:
+                detail = what.detail or exports.not_a_notebook(entry.parts[-1])
+                self._file(entry, "ignored", what.student, detail=detail)
+            else:
+                for candidate in self._candidates(entry, what, receipts, metadata):
+                    candidates.setdefault((candidate.student, candidate.notebook), []).append(candidate)
+        for (student, notebook), group in candidates.items():
+            self._select(student, notebook, group, metadata)
+        self.intake.submissions.sort(key=lambda s: (s.student, s.notebook))
+        self.intake.files.sort(key=lambda f: (f.path, f.student))
+        return self.intake
+
+    def _file(
+        self, entry: _Entry, outcome: str, student: str = "", notebook: str = "", detail: str = ""
+    ) -> None:
+        self.intake.files.append(IntakeFile(entry.origin, outcome, student, notebook, detail))
+
+    def _refuse(self, entry: _Entry, student: str, notebook: str, reason: str) -> None:
+        self._file(entry, "refused", student if student != entry.origin else "", notebook, reason)
+        self.intake.rejected.append(failed(student, notebook, reason))
+
+    # -------------------------------------------------------------------------- what exports add
+
+    def _receipts(self, found: list[tuple[_Entry, Identified]]) -> dict[str, exports.Receipt]:
+        """Blackboard's receipts, by attempt: they give the student's name and username."""
+        receipts = {}
+        for entry, what in found:
+            text, why = _read_text(entry.copy)
+            receipt = exports.read_receipt(text) if text is not None else None
+            if receipt is None:
+                why = why or "it has no line 'Name: <full name> (<username>)'"
+                detail = f"Blackboard's receipt of the attempt {what.attempt_label}, not used: {why}"
+                self._file(entry, "ignored", what.student, detail=detail)
+                continue
+            receipts[what.key] = receipt
+            username, _ = exports.blackboard_student(what.key, receipt)
+            who = f"{receipt.name} ({receipt.username})"
+            self._file(
+                entry,
+                "read",
+                username,
+                detail=f"Blackboard's receipt of the attempt {what.attempt_label}: {who}",
+            )
+        return receipts
+
+    def _metadata(self, entries: list[_Entry]) -> dict[str, exports.GradescopeSubmission] | str:
+        """Gradescope's submissions by id, or why there are none to use (no metadata, or unreadable)."""
+        if not entries:
+            return f"there is no {METADATA} at the top of the source"
+        entry = entries[0]
+        text, why = _read_text(entry.copy)
+        try:
+            if text is None:
+                raise ValueError(why)
+            submissions = exports.gradescope_submissions(text)
+        except ValueError as error:
+            reason = f"Gradescope's {METADATA} cannot be used: {error}"
+            self._refuse(entry, entry.origin, "", reason)
+            return reason
+        self._file(
+            entry, "read", detail=f"Gradescope's list of submissions and their students ({len(submissions)})"
+        )
+        return submissions
+
+    def _candidates(self, entry: _Entry, what: Identified, receipts, metadata) -> list[_Candidate]:
+        """The students whose work the file is (a Gradescope group: each member), with its notebook."""
+        attempt, label, submitted_at = what.attempt, what.attempt_label, what.submitted_at
+        if what.lms == "blackboard":
+            members = [exports.blackboard_student(what.key, receipts.get(what.key))]
+        elif what.lms == "gradescope":
+            if isinstance(metadata, str):
+                self._refuse(entry, entry.origin, "", f"whose work it is cannot be told: {metadata}")
+                return []
+            if what.key not in metadata:
+                reason = (
+                    f"submission_{what.key} is not in Gradescope's {METADATA}, so whose work it is cannot be "
+                    "told: the metadata and the folders must come from the same export (download it again)"
+                )
+                self._refuse(entry, entry.origin, "", reason)
+                return []
+            submission = metadata[what.key]
+            members = [(s.student, s.name) for s in submission.submitters]
+            attempt, label = (submission.submitted_at, int(what.key)), f"submission {what.key}"
+            submitted_at = submission.submitted_at
+            if not members:
+                self._refuse(
+                    entry, entry.origin, "", f"{METADATA} names no student for submission_{what.key}"
+                )
         else:
-            found.setdefault((student, notebook), []).append(relative)
-    submissions = []
-    for (student, notebook), files in found.items():
-        if len(files) == 1:
-            submissions.append(Submission(student, notebook, inbox / files[0]))
-        else:
-            names = ", ".join(map(str, files))
-            rejected.append(failed(student, notebook, f"more than one file for this notebook ({names})"))
-    return submissions, rejected
+            members = [(what.student, what.name)]
+        notebook, note = self._notebook(entry, what)
+        candidates = []
+        for student, name in members:
+            if problem := self._id_problem(what, student, name):
+                self._refuse(entry, entry.origin, notebook, problem)
+            elif not notebook:
+                self._refuse(entry, student, "", note)
+            else:
+                candidates.append(
+                    _Candidate(entry, what, student, name, notebook, note, submitted_at, attempt, label)
+                )
+        return candidates
+
+    def _notebook(self, entry: _Entry, what: Identified) -> tuple[str, str]:
+        """(notebook, how it was told) or ("", why it cannot be): by its exact name, else by its cells."""
+        if what.notebook:
+            return what.notebook, ""
+        if entry.origin not in self.recognised:
+            notebook, why = recognise(entry.copy, what.file, self.known)
+            note = f"'{what.file}' recognised as {notebook} by its cells" if notebook else why
+            self.recognised[entry.origin] = (notebook, note)
+        return self.recognised[entry.origin]
+
+    def _id_problem(self, what: Identified, student: str, name: str) -> str:
+        """Why an id an export gives cannot be a student id (a folder name in OUT), and what to do."""
+        if not (problem := exports.id_problem(student)):
+            return ""
+        if what.lms == "gradescope":
+            who = f"{name} in submission_{what.key}" if name else f"a student of submission_{what.key}"
+            if not student:
+                return f"Gradescope's {METADATA} gives {who} no :sid: and no :email:: add their sid there"
+            return (
+                f"the Gradescope sid (or email) '{student}' of {who} cannot be a student id: {problem}; "
+                f"correct it in {METADATA}"
+            )
+        better = exports.suggested_id(student)
+        fix = "rename this student's files" + (f", e.g. with '{better}' in its place" if better else "")
+        what_id = "the Blackboard username" if what.lms == "blackboard" else f"the {LMS_NAMES[what.lms]} id"
+        return f"{what_id} '{student}' in the file name cannot be a student id: {problem}; {fix}"
+
+    # -------------------------------------------------------------------------- one student, one notebook
+
+    def _select(self, student: str, notebook: str, group: list[_Candidate], metadata) -> None:
+        """Grade the one file, or the latest attempt where the export orders them; refuse the rest."""
+        ranked = len({c.found.lms for c in group}) == 1 and all(c.attempt for c in group)
+        if len(group) > 1 and not ranked:
+            reason = f"more than one file for this notebook ({', '.join(c.entry.origin for c in group)})"
+            for c in group:
+                self._file(c.entry, "refused", student, notebook, reason)
+            self.intake.rejected.append(failed(student, notebook, reason))
+            return
+        group.sort(key=lambda c: c.attempt)
+        latest = [c for c in group if c.attempt == group[-1].attempt]
+        older = group[: len(group) - len(latest)]
+        if len(latest) > 1:
+            names = ", ".join(c.entry.origin for c in latest)
+            label = latest[0].attempt_label
+            reason = f"more than one file for this notebook in the latest attempt ({label}: {names})"
+            for c in latest:
+                self._file(c.entry, "refused", student, notebook, reason)
+            self.intake.rejected.append(failed(student, notebook, reason))
+            for c in older:
+                self._file(c.entry, "superseded", student, notebook, f"an older attempt ({c.attempt_label})")
+            return
+        graded = latest[0]
+        notes = [graded.note] if graded.note else []
+        if older:
+            lms = LMS_NAMES[graded.found.lms]
+            notes.append(
+                f"{lms} export: {len(group)} files for {notebook}; the latest ({graded.attempt_label}: "
+                f"{graded.entry.origin}) is graded"
+            )
+            for c in older:
+                detail = f"an older attempt ({c.attempt_label}); graded: {graded.entry.origin}"
+                self._file(c.entry, "superseded", student, notebook, detail)
+        path = graded.entry.copy
+        if graded.found.lms == "gradescope" and len(members := metadata[graded.found.key].submitters) > 1:
+            everyone = ", ".join(f"{m.name} ({m.student})" if m.name else m.student for m in members)
+            notes.append(
+                f"Gradescope group submission {graded.found.key} of {everyone}: graded for each of them"
+            )
+            path = self._group_copy(graded)
+        submission = Submission(
+            student,
+            notebook,
+            path,
+            name=graded.name,
+            late=graded.found.late,
+            submitted_at=graded.submitted_at,
+            origin=graded.entry.origin,
+            lms=graded.found.lms,
+            note="\n".join(notes),
+        )
+        self.intake.submissions.append(submission)
+        self._file(graded.entry, "graded", student, notebook, _how(submission, graded.note))
+
+    def _group_copy(self, graded: _Candidate) -> Path:
+        """A copy of a group's file of its own for one member, beside the source's files in the inbox."""
+        if self.group_copies is None:
+            self.group_copies = self.inbox / "_group_copies"
+            while self.group_copies.exists():  # a source's own folder of that name
+                self.group_copies = self.group_copies.with_name(self.group_copies.name + "_")
+        destination = (
+            self.group_copies / graded.student / f"submission_{graded.found.key}" / graded.entry.parts[-1]
+        )
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(graded.entry.copy, destination)
+        return destination
 
 
-def _shared_folders(paths: list[Path]) -> int:
-    """How many leading folders every path shares, keeping a student folder when all are nested."""
-    shared = 0
-    while paths and all(
-        len(p.parts) > shared + 2 and p.parts[shared] == paths[0].parts[shared] for p in paths
-    ):
-        shared += 1
-    return shared
+def _how(submission: Submission, recognised: str) -> str:
+    """How a graded file was read, for intake.csv (`recognised`: how its cells told its notebook)."""
+    where = f"{LMS_NAMES[submission.lms]} export" if submission.lms else "plain layout"
+    if submission.name:
+        where += f" ({submission.name})"
+    if submission.late:
+        where += ", late"
+    return f"{where}; {recognised or f'{submission.notebook} by its name'}"
 
 
-def _identify(relative: Path, known: list[str]) -> tuple[str | None, str | None]:
-    stem = relative.stem
-    if len(relative.parts) == 2:  # <student>/<notebook>.ipynb
-        return relative.parts[0], next((a for a in known if stem == a or stem.startswith(a)), None)
-    if len(relative.parts) == 1:  # <student>_<notebook>.ipynb
-        for assignment in known:
-            if stem.endswith("_" + assignment):
-                return stem[: -len(assignment) - 1], assignment
-    return None, None
+def _read_text(path: Path) -> tuple[str | None, str]:
+    """A small text file (a receipt, Gradescope's metadata): (its text, "") or (None, why not)."""
+    try:
+        if path.stat().st_size > MAX_TEXT_BYTES:
+            return None, f"it is larger than {MAX_TEXT_BYTES // 2**20} MiB"
+        data = path.read_bytes()
+    except OSError as error:
+        return None, f"it could not be read ({error.strerror or error})"
+    try:
+        return data.decode("utf-8-sig"), ""
+    except UnicodeDecodeError:
+        return data.decode("latin-1"), ""
+
+
+def _skipped(parts: tuple[str, ...]) -> str:
+    return next((IGNORED_FOLDERS[p] for p in parts[:-1] if p in IGNORED_FOLDERS), "")
 
 
 # ------------------------------------------------------------------------------ rules for any file
@@ -124,27 +422,37 @@ def _type_refusal(mode: int) -> str | None:
 # ------------------------------------------------------------------------------ a folder
 
 
-def _copy_folder(source: Path, inbox: Path) -> list[Result]:
-    """Copy the folder's notebooks into the inbox; a `failed` row for each one that is refused.
+def _copy_folder(source: Path, inbox: Path) -> list[_Entry]:
+    """List every file of the folder, and copy the ones the intake reads into the inbox.
 
-    Other files are not looked at: nothing but a notebook is ever graded.
+    Those (notebooks, Blackboard's receipts, Gradescope's metadata) are refused one by one for
+    their names or kinds; the others are only listed, never opened.
     """
-    refused = []
+    entries = []
 
     def unreadable(error: OSError) -> None:  # os.walk would otherwise skip the folder silently
         name = str(Path(error.filename).relative_to(source))
-        refused.append(failed(name, "", f"this folder could not be read ({error.strerror})"))
+        entries.append(
+            _Entry(name, Path(name).parts, refusal=f"this folder could not be read ({error.strerror})")
+        )
 
     for folder, subfolders, files in os.walk(source, onerror=unreadable):
-        subfolders[:] = [s for s in subfolders if s not in IGNORED_FOLDERS]
-        for name in files:
-            if name.endswith(".ipynb"):
-                path = Path(folder, name)
-                relative = path.relative_to(source)
+        subfolders.sort()
+        for name in subfolders:
+            if Path(folder, name).is_symlink():  # os.walk neither follows nor lists it
+                relative = Path(folder, name).relative_to(source)
+                entries.append(
+                    _Entry(str(relative), relative.parts, refusal="a symbolic link to a folder, not followed")
+                )
+        for name in sorted(files):
+            path = Path(folder, name)
+            relative = path.relative_to(source)
+            entry = _Entry(str(relative), relative.parts, skipped=_skipped(relative.parts))
+            if not entry.skipped and exports.wanted(name):
                 reason = _name_refusal(str(relative)) or _copy_file(path, inbox / relative)
-                if reason:
-                    refused.append(failed(str(relative), "", reason))
-    return refused
+                entry.refusal, entry.copy = (reason, None) if reason else ("", inbox / relative)
+            entries.append(entry)
+    return entries
 
 
 def _copy_file(path: Path, destination: Path) -> str | None:
@@ -162,30 +470,37 @@ def _copy_file(path: Path, destination: Path) -> str | None:
 # ------------------------------------------------------------------------------ a zip
 
 
-def _unpack_zip(archive: Path, inbox: Path) -> list[Result]:
-    """Unpack the zip's notebooks into the inbox; a `failed` row for each entry that is refused.
+def _unpack_zip(archive: Path, inbox: Path) -> list[_Entry]:
+    """List every entry of the zip, and unpack the ones the intake reads into the inbox.
 
     Every entry is judged on its own before anything is written: one that would land outside
-    the inbox, a link, an encrypted or damaged entry, a name given twice... is named in its
-    row and the others are still graded. Only notebooks are unpacked, and only the zip as a
-    whole being unreadable or a zip bomb stops the batch. The zip itself is only read.
+    the inbox, a link, an encrypted or damaged entry, a name given twice... is refused with its
+    reason and the others are still graded. Only the files the intake reads (notebooks,
+    receipts, Gradescope's metadata) are unpacked, and only the zip as a whole being unreadable
+    or a zip bomb stops the batch. The zip itself is only read.
     """
-    refused, wanted = [], {}
+    entries, wanted = [], {}
     with _open_zip(archive) as zf:
-        for entry in zf.infolist():
-            parts = _entry_parts(entry.filename)
-            if _is_folder(entry) or IGNORED_FOLDERS.intersection(parts):
+        for info in zf.infolist():
+            parts = _entry_parts(info.filename)
+            if _is_folder(info):
                 continue  # folders are made as their files need them
-            if reason := _entry_refusal(entry, parts):
-                refused.append(failed(entry.filename, "", f"zip entry not unpacked: {reason}"))
-            elif entry.filename.endswith(".ipynb"):
-                wanted[entry] = parts
-        clashes = _clashes(list(wanted.values()))
-        for entry, parts in wanted.items():
-            reason = clashes.get(parts) or _unpack(zf, entry, inbox.joinpath(*parts))
+            entry = _Entry(info.filename, parts, skipped=_skipped(parts))
+            entries.append(entry)
+            if entry.skipped:
+                continue
+            if reason := _entry_refusal(info, parts):
+                entry.refusal = f"zip entry not unpacked: {reason}"
+            elif exports.wanted(parts[-1]):
+                wanted[info] = entry
+        clashes = _clashes([entry.parts for entry in wanted.values()])
+        for info, entry in wanted.items():
+            reason = clashes.get(entry.parts) or _unpack(zf, info, inbox.joinpath(*entry.parts))
             if reason:
-                refused.append(failed(entry.filename, "", f"zip entry not unpacked: {reason}"))
-    return refused
+                entry.refusal = f"zip entry not unpacked: {reason}"
+            else:
+                entry.copy = inbox.joinpath(*entry.parts)
+    return entries
 
 
 def _open_zip(archive: Path) -> zipfile.ZipFile:
@@ -227,6 +542,8 @@ def _entry_refusal(entry: zipfile.ZipInfo, parts: tuple[str, ...]) -> str | None
     """Why this entry is not unpacked, judged from the zip's list of files alone."""
     if reason := _name_refusal(entry.filename):
         return reason
+    if not parts:
+        return "it has no name"
     if entry.filename.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", entry.filename):
         return "an absolute path (from / or a drive letter): it would be unpacked outside the grader's folder"
     if ".." in parts:

@@ -3,6 +3,7 @@
 Names of files, folders and zip entries are the students' (or their LMS's): each test builds a
 class whose bad names or bad entries must each cost one `failed` row that says why, while the
 rest is still found, and whose rows must reach grades.csv and the summary as harmless text.
+LMS exports and notebooks recognised by their cells: tests/test_exports.py.
 """
 
 import csv
@@ -18,7 +19,9 @@ import pytest
 
 import autograder.inbox as inbox
 from autograder.cli import main, summary_line
+from autograder.exports import ID_RULE
 from autograder.inbox import find_submissions
+from autograder.paths import NOTEBOOKS
 from autograder.report import UNPRINTABLE, Result, shown, write_csv
 
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'  # never read here
@@ -50,6 +53,12 @@ def _csv_lines(tmp_path: Path, rows: list[Result]) -> tuple[str, list[list[str]]
     return text, list(csv.reader(text.splitlines()))
 
 
+def _columns(lines: list[list[str]], *names: str) -> list[list[str]]:
+    """The rows of grades.csv reduced to these columns, by their names in its header."""
+    at = [lines[0].index(name) for name in names]
+    return [[line[i] for i in at] for line in lines[1:]]
+
+
 def _printable(text: str) -> bool:
     return not any(unicodedata.category(c) in UNPRINTABLE for c in text)
 
@@ -70,28 +79,34 @@ def test_submission_layouts(tmp_path):
         (flat, {("bo_b", "04_rope")}),
         (archive, {("ann", "07_rmsnorm")}),
     ):
-        found, rejected = find_submissions(source, tmp_path / f"work-{source.name}")
-        assert _found(found) == want
+        intake = find_submissions(source, tmp_path / f"work-{source.name}")
+        assert _found(intake.submissions) == want
         if source is flat:
-            assert [r.reason for r in rejected] == [
-                "cannot tell the student and notebook from this file name"
-            ]
+            [reason] = [r.reason for r in intake.rejected]
+            assert reason.startswith(
+                "a file at the top of the source must be named <student>_<notebook>.ipynb, ending in a "
+                "notebook's exact name (00_warmup, 01_attention, 02_positions, 04_rope, 07_rmsnorm)"
+            )
 
 
 def test_a_student_folder_holds_only_that_students_files(tmp_path):
     """A file planted under another student's name, two files for one notebook, a symlink:
     each is rejected with its reason, never graded as someone's work."""
     source = tmp_path / "in"
-    _write(source, "aaron/alice/07_rmsnorm.ipynb", "alice/07_rmsnorm.ipynb")
-    _write(source, "bea/07_rmsnorm.ipynb", "bea/07_rmsnorm_v2.ipynb")
+    _write(source, "aaron/alice/07_rmsnorm.ipynb", "alice/07_rmsnorm.ipynb", "bea/07_rmsnorm.ipynb")
+    release = (NOTEBOOKS / "07_rmsnorm" / "07_rmsnorm.ipynb").read_bytes()
+    (source / "bea" / "07_rmsnorm_v2.ipynb").write_bytes(release)  # not its exact name: told by its cells
     (source / "cy").mkdir()
     (source / "cy" / "07_rmsnorm.ipynb").symlink_to(source / "alice" / "07_rmsnorm.ipynb")
-    found, rejected = find_submissions(source, tmp_path / "work")
-    assert [(s.student, s.notebook) for s in found] == [("alice", "07_rmsnorm")]
-    assert found[0].path == tmp_path / "work" / "inbox" / "alice" / "07_rmsnorm.ipynb"
-    reasons = {r.student: r.reason for r in rejected}
+    intake = find_submissions(source, tmp_path / "work")
+    assert [(s.student, s.notebook) for s in intake.submissions] == [("alice", "07_rmsnorm")]
+    assert intake.submissions[0].path == tmp_path / "work" / "inbox" / "alice" / "07_rmsnorm.ipynb"
+    reasons = {r.student: r.reason for r in intake.rejected}
     assert reasons == {
-        "aaron/alice/07_rmsnorm.ipynb": "cannot tell the student and notebook from this file name",
+        "aaron/alice/07_rmsnorm.ipynb": (
+            "it lies in 'aaron/alice/': only the files directly in a student's folder are that student's "
+            "(<student>/<notebook>.ipynb); move it into 'aaron/' if it is aaron's"
+        ),
         "bea": "more than one file for this notebook (bea/07_rmsnorm.ipynb, bea/07_rmsnorm_v2.ipynb)",
         "cy/07_rmsnorm.ipynb": "a symbolic link, not a plain file",
     }
@@ -118,17 +133,25 @@ def _hostile_folder(source: Path) -> None:
 def test_folder_names_that_cannot_be_shown_are_refused_one_by_one(tmp_path):
     source = tmp_path / "in"
     _hostile_folder(source)
-    found, rejected = find_submissions(source, tmp_path / "work")
-    assert _found(found) == {("ann", "07_rmsnorm"), ("bo", "04_rope")}
-    assert _reasons(rejected) == sorted(
+    intake = find_submissions(source, tmp_path / "work")
+    assert _found(intake.submissions) == {("ann", "07_rmsnorm"), ("bo", "04_rope")}
+    assert _reasons(intake.rejected) == sorted(
         [
             (FORGED_ROW, CONTROL),
             ("\x1b[2J\x1b[Hcarl_07_rmsnorm.ipynb", CONTROL),
             ("dee\u202eb_07_rmsnorm.ipynb", CONTROL),
             ("jos\udce9_07_rmsnorm.ipynb", "its name is not UTF-8 text"),
             ("eve_07_rmsnorm.ipynb", "a special file (pipe, socket or device), not a plain file"),
-            ("=HYPERLINK(1)_07_rmsnorm.ipynb", "cannot tell the student and notebook from this file name"),
-            ("-2+3/07_rmsnorm.ipynb", "cannot tell the student and notebook from this file name"),
+            (
+                "=HYPERLINK(1)_07_rmsnorm.ipynb",
+                f"'=HYPERLINK(1)' cannot be a student id: it starts with '='; '(' and ')' are not allowed in "
+                f"one ({ID_RULE}); rename the file, e.g. to HYPERLINK_1_07_rmsnorm.ipynb",
+            ),
+            (
+                "-2+3/07_rmsnorm.ipynb",
+                f"the folder name '-2+3' cannot be a student id: it starts with '-' ({ID_RULE}); rename the "
+                "folder, e.g. to '2+3'",
+            ),
         ]
     )
     copied = {str(p.relative_to(tmp_path / "work" / "inbox")) for p in (tmp_path / "work").rglob("*.ipynb")}
@@ -145,7 +168,7 @@ def test_grades_csv_holds_one_line_per_row_and_no_formula(tmp_path):
     no formula, control characters are written as visible escapes, and scores stay numbers."""
     source = tmp_path / "in"
     _hostile_folder(source)
-    _, rows = find_submissions(source, tmp_path / "work")
+    rows = find_submissions(source, tmp_path / "work").rejected
     rows += [
         Result("ann", "07_rmsnorm", 0, 6, "graded", "-1 point: a cell\nhung\u2028its kernel\x85"),
         Result("@SUM(A1)", "+cmd", 6, 6, "graded", "\tTab\rCR"),
@@ -153,9 +176,10 @@ def test_grades_csv_holds_one_line_per_row_and_no_formula(tmp_path):
     text, lines = _csv_lines(tmp_path, rows)
     assert len(text.splitlines()) == len(lines) == len(rows) + 1
     assert all(_printable(field) for line in lines for field in line)
-    assert all(len(line) == 6 for line in lines)
+    assert all(len(line) == len(lines[0]) for line in lines)
     assert not any(field.startswith(FORMULA_STARTS) for line in lines for field in line)
-    by_student = {line[0]: line for line in lines[1:]}
+    columns = _columns(lines, "student", "notebook", "score", "max_score", "status", "reason")
+    by_student = {line[0]: line for line in columns}
     assert "mallory" not in by_student
     assert by_student["ann"][2:6] == ["0", "6", "graded", "'-1 point: a cell\\nhung\\u2028its kernel\\x85"]
     assert by_student["'@SUM(A1)"][1:5] == ["'+cmd", "6", "6", "graded"]
@@ -167,7 +191,7 @@ def test_grades_csv_holds_one_line_per_row_and_no_formula(tmp_path):
 def test_the_printed_summary_shows_names_escaped(tmp_path):
     source = tmp_path / "in"
     _hostile_folder(source)
-    _, rows = find_submissions(source, tmp_path / "work")
+    rows = find_submissions(source, tmp_path / "work").rejected
     lines = [summary_line(r) for r in rows]
     assert all(_printable(line) for line in lines)
     printed = "\n".join(lines)
@@ -290,12 +314,19 @@ def test_each_bad_zip_entry_is_refused_on_its_own_and_the_rest_is_found(tmp_path
     archive, work = tmp_path / "class.zip", tmp_path / "work"
     due = _hostile_zip(archive, tmp_path)
     before = _sha256(archive)
-    found, rejected = find_submissions(archive, work)
+    intake = find_submissions(archive, work)
+    found = intake.submissions
     assert _found(found) == set(GOOD.values())
     assert all(s.path.read_bytes() == NOTEBOOK for s in found)
-    assert _reasons(rejected) == sorted((name, f"zip entry not unpacked: {why}") for name, why in due)
+    assert _reasons(intake.rejected) == sorted((name, f"zip entry not unpacked: {why}") for name, why in due)
     unpacked = {p.relative_to(work / "inbox") for p in (work / "inbox").rglob("*") if p.is_file()}
     assert unpacked == {Path("export", s.student, f"{s.notebook}.ipynb") for s in found}
+    outcomes = {(f.path, f.outcome) for f in intake.files}
+    assert ("export/readme.txt", "ignored") in outcomes and (
+        "export/__MACOSX/._ann\x1b.ipynb",
+        "ignored",
+    ) in outcomes
+    assert {f.path for f in intake.files if f.outcome == "refused"} == {name for name, _ in due}
     assert all(not p.is_symlink() for p in (work / "inbox").rglob("*"))
     assert {p for p in tmp_path.rglob("*") if work / "inbox" not in p.parents} == {
         archive,
@@ -307,7 +338,7 @@ def test_each_bad_zip_entry_is_refused_on_its_own_and_the_rest_is_found(tmp_path
 
 def test_refused_zip_entries_reach_the_csv_and_the_summary_escaped(tmp_path):
     _hostile_zip(tmp_path / "class.zip", tmp_path)
-    _, rejected = find_submissions(tmp_path / "class.zip", tmp_path / "work")
+    rejected = find_submissions(tmp_path / "class.zip", tmp_path / "work").rejected
     text, lines = _csv_lines(tmp_path, rejected)
     assert len(text.splitlines()) == len(lines) == len(rejected) + 1
     assert all(_printable(field) and not field.startswith(FORMULA_STARTS) for line in lines for field in line)

@@ -1,0 +1,467 @@
+"""How learning-management systems name the files of a class's submissions, read back.
+
+Pure functions from a file's path in a source (a folder or zip of submissions, as a tuple of
+its folders and name) to what the path says: which export it comes from, whose work it is,
+which attempt, and under what name the student saved it. Nothing here opens a file: inbox.py
+copies and reads, recognition.py tells a notebook by its cells. docs/lms-exports.md says where
+each rule comes from and how sure it is.
+
+    Canvas      <lastfirst>[_LATE]_<user id>_<attachment id>_<file>   (Canvas adds -1, -2 to a duplicate)
+    Moodle      <Full Name>_<participant id>_assignsubmission_file_/<file>   (or flat: ..._file_<file>)
+                Participant_<participant id>_assignsubmission_file_/<file>   (blind marking)
+    Blackboard  <Assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file>, and the attempt's
+                receipt <Assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>.txt
+    Gradescope  submission_metadata.yml beside submission_<id>/<file>
+    plain       <student>/<file>, or <student>_<notebook>.ipynb
+
+An export's file name starts with what the system wrote and ends with the name the student gave
+the file: each pattern is anchored at the start, so that what a student names a file can never
+make it someone else's. Only files at the top of the source (its shared folders looked through)
+are read as flat names; in a student's folder a file's name says nothing about whose it is.
+"""
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import yaml
+
+from .report import shown
+
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")  # also a folder name in OUT: nothing else
+ID_RULE = "a student id holds only ASCII letters, digits and . _ @ + -, and starts with a letter or digit"
+METADATA = "submission_metadata.yml"  # Gradescope's list of submissions and their students
+LMS_NAMES = {"canvas": "Canvas", "moodle": "Moodle", "blackboard": "Blackboard", "gradescope": "Gradescope"}
+
+CANVAS = re.compile(
+    r"(?P<name>.*?)(?P<late>_LATE)?_(?P<user>[1-9][0-9]*)_(?P<attachment>[1-9][0-9]*)_(?P<file>.+)"
+)
+CANVAS_IDS = re.compile(r"_[1-9][0-9]*_[1-9][0-9]*_")  # what only a Canvas name holds before its file
+CANVAS_DUPLICATE = re.compile(r"(?P<stem>.+)-(?P<n>[1-9][0-9]*)(?P<suffix>\.[^.]+)")  # 04_rope-1.ipynb
+# Moodle turns `_` in a name into a space, so the name part holds none.
+MOODLE = re.compile(r"(?P<name>[^_]+)_(?P<id>[0-9]+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)")
+MOODLE_BLIND = "Participant"
+BLACKBOARD = re.compile(
+    r"(?P<prefix>.+?)_attempt_(?P<time>[0-9]{4}(?:-[0-9]{2}){5})(?:_(?P<file>.+)|(?P<receipt>\.txt))"
+)
+RECEIPT_NAME = re.compile(r"Name:[ \t]*(?P<name>[^\n]*?)[ \t]*\((?P<username>[^()\s]+)\)[ \t]*")
+GRADESCOPE_FOLDER = re.compile(r"submission_(?P<id>[0-9]+)")
+
+
+@dataclass(frozen=True)
+class Identified:
+    """What a file's path says about it."""
+
+    kind: str  # "notebook", "receipt" (Blackboard), "metadata" (Gradescope), "other" (no notebook), "refused"
+    lms: str = ""  # "canvas" | "moodle" | "blackboard" | "gradescope" | "" (plain)
+    student: str = ""  # the id the path gives ("" for Gradescope, whose metadata names the students)
+    name: str = ""  # the student's name where the path gives one
+    file: str = ""  # the file's name as the student saved it: what tells its notebook
+    notebook: str = ""  # the notebook that name names exactly ("" where only its cells can tell)
+    late: bool = False  # Canvas's _LATE_
+    submitted_at: str = ""  # ISO 8601, where the path says
+    attempt: tuple = ()  # orders one student's files for one notebook: the largest is the latest
+    attempt_label: str = ""  # that attempt in words, e.g. "attachment 9933017"
+    key: str = ""  # Blackboard: the attempt (its receipt's name without .txt); Gradescope: the submission id
+    detail: str = ""  # why it is refused, or what it is when it is no notebook
+
+
+def is_notebook(name: str) -> bool:
+    return name.lower().endswith(".ipynb")
+
+
+def wanted(name: str) -> bool:
+    """Whether the intake copies and reads a file of this name: notebooks, Gradescope's metadata
+    and Blackboard's receipts (everything else is only listed)."""
+    match = BLACKBOARD.fullmatch(name)
+    return is_notebook(name) or name == METADATA or bool(match and match["receipt"])
+
+
+def named(file: str, known: tuple[str, ...]) -> str:
+    """The notebook a file name names exactly (`04_rope.ipynb`), else ""."""
+    stem = file.removesuffix(".ipynb")
+    return stem if stem != file and stem in known else ""
+
+
+# ------------------------------------------------------------------------------ a source's layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a source's files are read: the folders all of them share (looked through), and whether
+    a Gradescope export's metadata lies at the top of what is left."""
+
+    known: tuple[str, ...]  # the course's notebooks
+    wrapper: tuple[str, ...] = ()
+    gradescope: bool = False
+    nested_gradescope: frozenset[str] = frozenset()  # top folders that are Gradescope exports of their own
+
+    def identify(self, parts: tuple[str, ...]) -> Identified:
+        """What the path of one file says (parts: its folders and name, from the source's top)."""
+        relative = parts[len(self.wrapper) :] if parts[: len(self.wrapper)] == self.wrapper else parts
+        if len(relative) == 1:
+            return self._top(relative[0])
+        folder, file = relative[0], relative[-1]
+        if (moodle := MOODLE.fullmatch(folder)) and not moodle["file"]:
+            return _moodle(moodle, file, self.known)
+        submission = GRADESCOPE_FOLDER.fullmatch(folder)
+        if submission and self.gradescope:
+            kind = "notebook" if is_notebook(file) else "other"
+            detail = "" if kind == "notebook" else not_a_notebook(file)
+            return Identified(
+                kind,
+                "gradescope",
+                file=file,
+                notebook=named(file, self.known),
+                key=submission["id"],
+                detail=detail,
+            )
+        if not is_notebook(file):
+            return Identified("other", detail=not_a_notebook(file))
+        if folder in self.nested_gradescope and GRADESCOPE_FOLDER.fullmatch(relative[1]):
+            return Identified(
+                "refused",
+                "gradescope",
+                detail=f"'{folder}/' is a Gradescope export (it holds {METADATA}) beside other files of "
+                "the source: grade it on its own (its folder or zip as downloaded)",
+            )
+        if submission:
+            return Identified(
+                "refused",
+                "gradescope",
+                detail=f"'{folder}/' is named as a Gradescope export's submission folder, but there is "
+                f"no {METADATA} at the top of the source to say whose it is: grade the export's folder or "
+                "zip as downloaded, with its metadata",
+            )
+        if len(relative) > 2:
+            inner = "/".join(relative[:-1])
+            return Identified(
+                "refused",
+                detail=f"it lies in '{inner}/': only the files directly in a student's folder are that "
+                f"student's (<student>/<notebook>.ipynb); move it into '{folder}/' if it is {folder}'s",
+            )
+        return self._plain_folder(folder, file)
+
+    def _top(self, name: str) -> Identified:
+        """A file at the top of the source: named the way an export names flat files, or
+        <student>_<notebook>.ipynb."""
+        if name == METADATA:
+            return Identified(
+                "metadata", "gradescope", detail="Gradescope's list of submissions and their students"
+            )
+        if (moodle := MOODLE.fullmatch(name)) and moodle["file"]:
+            return _moodle(moodle, moodle["file"], self.known)
+        if (blackboard := BLACKBOARD.fullmatch(name)) and (found := _blackboard(blackboard, self.known)):
+            return found
+        plain = self._plain_flat(name)
+        canvas = CANVAS.fullmatch(name)
+        # Canvas's, unless the plain reading's notebook spans the ids: `jdoe_2_10_moe.ipynb` is jdoe_2's
+        # 10_moe, where no Canvas file would have attachment id 10 and the student's file `moe.ipynb`.
+        if canvas and not (plain and plain.notebook and len(plain.notebook) + 6 > len(canvas["file"])):
+            return _canvas(canvas, self.known)
+        if plain:
+            return plain
+        if not is_notebook(name):
+            return Identified("other", detail=not_a_notebook(name))
+        if named(name, self.known):
+            return Identified(
+                "refused",
+                detail=f"it lies at the top of the source, in no student's folder: put it in a folder named "
+                f"after its student (<student>/{name}) or name it <student>_{name}",
+            )
+        return Identified(
+            "refused",
+            detail=f"a file at the top of the source must be named <student>_<notebook>.ipynb, ending "
+            f"in a notebook's exact name ({', '.join(self.known)}), for its student and notebook to be told "
+            f"apart: rename it (e.g. {_example_flat(name, self.known)}), or put it in a folder named after "
+            "its student, where its notebook is recognised by its cells",
+        )
+
+    def _plain_flat(self, name: str) -> Identified | None:
+        stem = name.removesuffix(".ipynb")
+        endings = [a for a in self.known if stem.endswith("_" + a) and len(stem) > len(a) + 1]
+        if stem == name or not endings:
+            return None
+        notebook = max(endings, key=len)
+        student = stem[: -len(notebook) - 1]
+        if problem := id_problem(student):
+            fix = f"rename the file, e.g. to {suggested_id(student) or '<student>'}_{notebook}.ipynb"
+            return Identified("refused", detail=f"'{student}' cannot be a student id: {problem}; {fix}")
+        return Identified("notebook", student=student, file=name, notebook=notebook)
+
+    def _plain_folder(self, folder: str, file: str) -> Identified:
+        if problem := id_problem(folder):
+            fix = (
+                f"rename the folder, e.g. to '{better}'"
+                if (better := suggested_id(folder))
+                else "rename the folder"
+            )
+            moodle = ""
+            if " " in folder or not folder.isascii():
+                moodle = (
+                    " (it is not a Moodle export's folder either: Moodle names those "
+                    "'<Full Name>_<id>_assignsubmission_file_')"
+                )
+            return Identified(
+                "refused",
+                detail=f"the folder name '{folder}' cannot be a student id: {problem}; {fix}{moodle}",
+            )
+        return Identified("notebook", student=folder, file=file, notebook=named(file, self.known))
+
+
+def layout_of(paths: list[tuple[str, ...]], known: tuple[str, ...]) -> Layout:
+    """The layout of a source from the paths of the files the intake reads.
+
+    Folders that every file shares are looked through (an export's top folder, or a folder the
+    instructor unpacked it into), keeping a folder that may be a student's: the last shared
+    folder is looked through only when it holds Gradescope's metadata, or files named as an
+    export names flat files, or only <student>_<notebook>.ipynb files.
+    """
+    shared = 0
+    while paths and all(len(p) > shared + 2 and p[shared] == paths[0][shared] for p in paths):
+        shared += 1
+    if paths and all(len(p) > shared + 1 and p[shared] == paths[0][shared] for p in paths):
+        folder = paths[0][shared]
+        top = [p[shared + 1] for p in paths if len(p) == shared + 2]
+        student_folder = MOODLE.fullmatch(folder) or GRADESCOPE_FOLDER.fullmatch(folder)
+        flat = Layout(known)
+        if not student_folder and (
+            METADATA in top
+            or any(flat.identify((name,)).lms for name in top)
+            or all(flat.identify((name,)).kind == "notebook" for name in top)
+        ):
+            shared += 1
+    wrapper = paths[0][:shared] if paths else ()
+    relative = [p[shared:] for p in paths]
+    return Layout(
+        known,
+        wrapper,
+        gradescope=(METADATA,) in relative,
+        nested_gradescope=frozenset(p[0] for p in relative if len(p) == 2 and p[1] == METADATA),
+    )
+
+
+# ------------------------------------------------------------------------------ each system
+
+
+def _canvas(match: re.Match, known: tuple[str, ...]) -> Identified:
+    original = match["file"]
+    duplicate = CANVAS_DUPLICATE.fullmatch(original)
+    file = duplicate["stem"] + duplicate["suffix"] if duplicate else original
+    copy = int(duplicate["n"]) if duplicate else 0
+    label = f"attachment {match['attachment']}" + (f", copy -{copy}" if copy else "")
+    kind = "notebook" if is_notebook(file) else "other"
+    return Identified(
+        kind,
+        "canvas",
+        student=match["user"],
+        name=match["name"],
+        file=file,
+        notebook=named(file, known),
+        late=bool(match["late"]),
+        attempt=(int(match["attachment"]), copy),
+        attempt_label=label,
+        detail="" if kind == "notebook" else not_a_notebook(file),
+    )
+
+
+def _moodle(match: re.Match, file: str, known: tuple[str, ...]) -> Identified:
+    name = "" if match["name"] == MOODLE_BLIND else match["name"]
+    plugin = match["plugin"]
+    if plugin != "file":
+        what = "online text" if plugin == "onlinetext" else f"a '{plugin}' submission"
+        detail = f"Moodle's {what} (assignsubmission_{plugin}), not a submitted file"
+        return Identified("other", "moodle", match["id"], name, file=file, detail=detail)
+    if not is_notebook(file):
+        return Identified("other", "moodle", match["id"], name, file=file, detail=not_a_notebook(file))
+    return Identified("notebook", "moodle", match["id"], name, file=file, notebook=named(file, known))
+
+
+def _blackboard(match: re.Match, known: tuple[str, ...]) -> Identified | None:
+    """A Blackboard attempt's file or receipt; None where the name only looks like one (a Canvas
+    name whose student's file name holds `_attempt_<time>`, or a time that is no date)."""
+    prefix, time = match["prefix"], match["time"]
+    if CANVAS_IDS.search(prefix + "_") or "_" not in prefix:
+        return None
+    try:
+        when = datetime.strptime(time, "%Y-%m-%d-%H-%M-%S")
+    except ValueError:
+        return None
+    key = f"{prefix}_attempt_{time}"
+    username = prefix.rpartition("_")[2]  # the receipt may say otherwise: see blackboard_student
+    label = f"submitted {when:%Y-%m-%d %H:%M:%S}"
+    if match["receipt"]:
+        return Identified(
+            "receipt",
+            "blackboard",
+            username,
+            key=key,
+            attempt_label=label,
+            detail="Blackboard's receipt of an attempt",
+        )
+    file = match["file"]
+    kind = "notebook" if is_notebook(file) else "other"
+    return Identified(
+        kind,
+        "blackboard",
+        student=username,
+        file=file,
+        notebook=named(file, known),
+        submitted_at=when.isoformat(),
+        attempt=(when,),
+        attempt_label=label,
+        key=key,
+        detail="" if kind == "notebook" else not_a_notebook(file),
+    )
+
+
+@dataclass(frozen=True)
+class Receipt:
+    name: str
+    username: str
+
+
+def read_receipt(text: str) -> Receipt | None:
+    """The student of a Blackboard receipt, from its line `Name: Jane Doe (jdoe12)`."""
+    match = RECEIPT_NAME.search(text)
+    return Receipt(clean_name(match["name"]), match["username"]) if match else None
+
+
+def blackboard_student(key: str, receipt: Receipt | None) -> tuple[str, str]:
+    """The username and name of a Blackboard attempt (`key`: its receipt's name without .txt).
+
+    The file name does not say where the assignment's name ends and the username starts; the
+    username is the receipt's where the name ends in it (a username may hold `_`), else what
+    follows the last `_`. The name is the receipt's, where it is that username's receipt.
+    """
+    prefix = key.rpartition("_attempt_")[0]
+    if receipt and prefix.endswith("_" + receipt.username) and len(prefix) > len(receipt.username) + 1:
+        return receipt.username, receipt.name
+    username = prefix.rpartition("_")[2]
+    return username, receipt.name if receipt and receipt.username == username else ""
+
+
+@dataclass(frozen=True)
+class Submitter:
+    student: str  # the sid, else the email ("" if the metadata gives neither)
+    name: str
+
+
+@dataclass(frozen=True)
+class GradescopeSubmission:
+    id: str
+    submitters: tuple[Submitter, ...]
+    submitted_at: str  # ISO 8601, "" if the metadata does not say
+
+
+def gradescope_submissions(text: str) -> dict[str, GradescopeSubmission]:
+    """Gradescope's submission_metadata.yml, by submission id; ValueError says why it cannot be read.
+
+    It is YAML written by Ruby: `submission_4567:` (or `:submission_4567:`) mapping to
+    `:submitters:` (a list of `:name:`, `:sid:`, `:email:`), `:created_at:`, `:score:`...
+    Read with yaml.safe_load: plain data only, whatever the file holds.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"it is not readable YAML ({' '.join(str(error).split())})") from None
+    if not isinstance(data, dict):
+        raise ValueError("it does not map submissions to their students (no 'submission_<id>:' keys)")
+    found = {}
+    for key, value in data.items():
+        match = GRADESCOPE_FOLDER.fullmatch(str(key).lstrip(":"))
+        if not match or not isinstance(value, dict):
+            continue
+        submitters = _field(value, "submitters")
+        if not isinstance(submitters, list):
+            raise ValueError(f"{match[0]} has no list of :submitters:")
+        people = []
+        for person in submitters:
+            person = person if isinstance(person, dict) else {}
+            sid, email = _text(_field(person, "sid")), _text(_field(person, "email"))
+            people.append(Submitter(sid or email, clean_name(_text(_field(person, "name")))))
+        found[match["id"]] = GradescopeSubmission(
+            match["id"], tuple(people), _iso(_field(value, "created_at"))
+        )
+    if not found:
+        raise ValueError("it names no submission (no 'submission_<id>:' keys)")
+    return found
+
+
+def _field(mapping: dict, name: str):
+    """A field of a Ruby hash dumped as YAML: keyed `:name` (a Ruby symbol) or `name`."""
+    return mapping.get(f":{name}", mapping.get(name))
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _iso(value) -> str:
+    """A time as ISO 8601 to the second (with its offset where it has one); "" if it is none."""
+    if isinstance(value, datetime):
+        return value.replace(microsecond=0).isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    match = re.match(r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2}:[0-9]{2}:[0-9]{2})", _text(value))
+    return f"{match[1]}T{match[2]}" if match else ""
+
+
+# ------------------------------------------------------------------------------ words
+
+
+def clean_name(text: str) -> str:
+    """A person's name as given, on one line, unprintable characters escaped (report.shown)."""
+    return shown(" ".join(text.split()))[:200]
+
+
+def id_problem(text: str) -> str:
+    """Why `text` cannot be a student id, naming each character at fault; "" if it can."""
+    if STUDENT_ID.fullmatch(text):
+        return ""
+    if not text:
+        return f"it is empty ({ID_RULE})"
+    faults = []
+    if not (text[0].isascii() and text[0].isalnum()):
+        faults.append(f"it starts with {_described(text[0])}")
+    bad = [_described(c) for c in dict.fromkeys(text[1:]) if not re.fullmatch(r"[A-Za-z0-9._@+-]", c)]
+    bad = [b for b in bad if not faults or b != _described(text[0])]
+    if bad:
+        listed = bad[0] if len(bad) == 1 else ", ".join(bad[:-1]) + " and " + bad[-1]
+        faults.append(f"{listed} {'is' if len(bad) == 1 else 'are'} not allowed in one")
+    return f"{'; '.join(faults)} ({ID_RULE})"
+
+
+def suggested_id(text: str) -> str:
+    """`text` made into a student id (accents dropped, other characters as `_`), "" if nothing is left."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    folded = re.sub(r"[^A-Za-z0-9._@+-]+", "_", folded).strip("_")
+    folded = re.sub(r"^[^A-Za-z0-9]+", "", folded)
+    return folded if STUDENT_ID.fullmatch(folded) else ""
+
+
+def _described(char: str) -> str:
+    if char == " ":
+        return "' ' (a space)"
+    if char.isspace():
+        return f"U+{ord(char):04X} (a space)"
+    if char.isascii():
+        return f"'{char}'"
+    base = unicodedata.normalize("NFKD", char)
+    if base[0].isascii() and base[0].isalpha():
+        return f"'{char}' (a letter with an accent)"
+    if char.isalpha():
+        return f"'{char}' (a letter outside ASCII)"
+    return f"'{char}' (U+{ord(char):04X})"
+
+
+def _example_flat(name: str, known: tuple[str, ...]) -> str:
+    first = name.split("_")[0]
+    student = first if first != name and STUDENT_ID.fullmatch(first) else "<student>"
+    return f"{student}_{known[0]}.ipynb if it holds {known[0]}" if known else f"{student}_<notebook>.ipynb"
+
+
+def not_a_notebook(name: str) -> str:
+    suffix = name.rpartition(".")[2].lower() if "." in name.lstrip(".") else ""
+    return f"not a notebook (.{suffix} file)" if suffix else "not a notebook"
