@@ -44,7 +44,7 @@ lab: notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
 
 grade: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade $(SUBMISSIONS) --out $(OUT) --jobs $(JOBS) $(GRADE_FLAGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_FLAGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check autograder tests benchmarks

@@ -1,4 +1,4 @@
-"""The `course` command: build, grade, check, list, lab."""
+"""The `course` command: build, grade, forget, check, list, lab."""
 
 import argparse
 import os
@@ -36,11 +36,52 @@ def _grade(args) -> int:
         memory_bytes=int(args.memory_gib * 2**30),
         sandboxed=not args.no_sandbox,
     )
-    results = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, limits=limits)
+    results = grade(
+        Path(args.submissions),
+        Path(args.out),
+        jobs=args.jobs,
+        limits=limits,
+        again=args.again,
+        due=args.due,
+        late_penalty=args.late_penalty,
+        roster=Path(args.roster) if args.roster else None,
+        title=args.title,
+    )
     for r in results:
         print(summary_line(r))
     out = Path(args.out)
-    print(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/, {out / 'logs'}/ and {out / 'course'}/")
+    print(
+        f"wrote {out / 'grades.csv'}, {out / 'totals.csv'}, {out / 'intake.csv'}, {out / 'feedback'}/, "
+        f"{out / 'logs'}/ and {out / 'course'}/"
+    )
+    return 0
+
+
+def _forget(args) -> int:
+    """Remove students' (or one notebook's) outcomes from an output folder: the one destructive
+    action, so it lists what it would remove and does so only with --yes."""
+    from .grading import report
+    from .record import forget, forgettable
+
+    out = Path(args.out).resolve()
+    if not (out / "work" / "results").is_dir():
+        raise SystemExit(f"{out} holds no graded class (no work/results/)")
+    targets = [(w.partition("/")[0], w.partition("/")[2] or None) for w in args.what]
+    found = {target: forgettable(out, *target) for target in targets}
+    for (student, notebook), paths in found.items():
+        what = f"{student}/{notebook}" if notebook else f"{student} (every notebook)"
+        if not paths:
+            raise SystemExit(f"{what}: nothing of this in {out}; nothing was removed")
+        print(f"{what}:" + "".join(f"\n  {p.relative_to(out)}" for p in paths))
+    if not args.yes:
+        print(
+            "nothing was removed: run again with --yes to remove the above (hand grades are kept, set aside)"
+        )
+        return 1
+    for student, notebook in targets:
+        forget(out, student, notebook)
+    report(out)
+    print(f"removed; rewrote {out / 'grades.csv'}, the totals and {out / 'course'}/")
     return 0
 
 
@@ -147,7 +188,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run students' code unconfined, as you (only where bubblewrap is missing, for trusted work)",
     )
+    p.add_argument("--roster", help="the class list (plain id,name CSV, or the LMS's own export: README)")
+    p.add_argument("--due", help="due date and time, e.g. 2026-11-20T23:59 (local time; kept in OUT)")
+    p.add_argument(
+        "--late-penalty", help="none (default), zero, or a percentage per started day, e.g. 10%%/day"
+    )
+    p.add_argument(
+        "--title", help="the grade column's title in the LMS upload (Canvas: 'Name (assignment id)')"
+    )
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="grade this source's files again even where unchanged since last time",
+    )
     p.set_defaults(func=_grade)
+
+    p = sub.add_parser("forget", help="remove students' graded work from an output folder (asks for --yes)")
+    p.add_argument("out", help="the output folder")
+    p.add_argument("what", nargs="+", help="STUDENT or STUDENT/NOTEBOOK, e.g. 48211/04_rope")
+    p.add_argument("--yes", action="store_true", help="remove; without it, only list what would be removed")
+    p.set_defaults(func=_forget)
 
     p = sub.add_parser("check", help="run a notebook and report its visible checks")
     p.add_argument("notebook")

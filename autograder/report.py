@@ -1,5 +1,10 @@
 """What a batch reports: one row per student and notebook (OUT/grades.csv).
 
+A row's score is the notebook's score in the output folder's nbgrader course: the automatic
+score, with the grades an instructor gave by hand there; `penalty` is the late penalty of the
+instructor's policy (none by default) and `final_score` what is left after it. One column per
+test cell follows ("07.rmsnorm (hidden cases)").
+
 Rows carry text that students control (file and folder names, reasons quoting them, errors
 quoting their notebooks), so what is written or printed from a row goes through `shown`, and
 grades.csv's text fields through `_cell` as well.
@@ -17,8 +22,17 @@ class Result:
     notebook: str
     score: float | None
     max_score: float | None
-    status: str
+    status: str  # graded | needs_manual_grading | failed | missing
     reason: str = ""
+    name: str = ""  # the student's name, from the roster or the export
+    late: bool = False  # submitted after the due date, or marked late by the export
+    submitted_at: str = ""  # ISO 8601, where the export says when
+    penalty: float | None = None  # the late penalty taken off `score`
+    questions: tuple[tuple[str, float], ...] = ()  # each test cell's score, by what it grades
+
+    @property
+    def final_score(self) -> float | None:
+        return None if self.score is None else max(0.0, self.score - (self.penalty or 0.0))
 
 
 def failed(student: str, notebook: str, reason: str) -> Result:
@@ -26,21 +40,41 @@ def failed(student: str, notebook: str, reason: str) -> Result:
     return Result(student, notebook, None, None, "failed", reason)
 
 
+def missing(student: str, notebook: str, name: str = "") -> Result:
+    """A row for a student of the roster who handed in nothing for this notebook."""
+    return Result(student, notebook, None, None, "missing", "no submission", name=name)
+
+
+COLUMNS = [
+    "student", "name", "notebook", "score", "max_score", "status", "reason",
+    "late", "submitted_at", "penalty", "final_score",
+]  # fmt: skip
+
+
 def write_csv(path: Path, results: list[Result]) -> None:
+    """grades.csv: the columns above, then one per test cell of the notebooks in `results`."""
+    questions = list(dict.fromkeys(q for r in results for q, _ in r.questions))
     partial = path.with_suffix(".partial")
     with partial.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "notebook", "score", "max_score", "status", "reason"])
+        writer.writerow(COLUMNS + [_cell(q) for q in questions])
         for r in results:
+            scores = dict(r.questions)
             writer.writerow(
                 [
                     _cell(r.student),
+                    _cell(r.name),
                     _cell(r.notebook),
                     _number(r.score),
                     _number(r.max_score),
                     _cell(r.status),
                     _cell(r.reason),
+                    "yes" if r.late else "",
+                    _cell(r.submitted_at),
+                    _number(r.penalty),
+                    _number(r.final_score),
                 ]
+                + [_number(scores.get(q)) for q in questions]
             )
     partial.rename(path)
 

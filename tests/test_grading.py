@@ -9,8 +9,10 @@ must get exactly the score worked out here.
 
 import csv
 import html
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -364,28 +366,90 @@ def test_nbgrader_tools_work_on_the_merged_course(graded):
     assert "[07.rmsnorm] FAILED (0/2)" in text and "hidden=True" not in text and "Traceback" not in text
 
 
-@needs_sandbox
-def test_grades_given_by_hand_survive_a_rerun_unless_the_file_changed(graded):
-    out, submissions = graded[2], graded[4]
-    course = f"sqlite:///{out / 'course' / 'gradebook.db'}"
-    marked = {
-        ("perfect", "07_rmsnorm", "rmsnorm_test"): 0.5,
-        ("perfect", "04_rope", "rope_forward_test"): 0.25,
-    }
-    with Gradebook(course) as gradebook:  # as an instructor would in formgrader
-        for (student, notebook, cell), score in marked.items():
+def _rows(out: Path) -> dict[tuple[str, str], dict]:
+    with (out / "grades.csv").open() as f:
+        return {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
+
+
+def _give_by_hand(out: Path, marks: dict[tuple[str, str, str], tuple[float, str]]) -> None:
+    """Grades on test cells and comments on answer cells given in OUT/course, as an instructor
+    does in formgrader: (student, notebook, test cell) -> (score, answer cell commented)."""
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gradebook:
+        for (student, notebook, cell), (score, answer) in marks.items():
             gradebook.find_grade(cell, notebook, notebook, student).manual_score = score
+            gradebook.find_comment(answer, notebook, notebook, student).manual_comment = f"seen: {answer}"
         gradebook.db.commit()
-    resubmitted = perfect("04_rope")
-    resubmitted.cells.append(new_code_cell("# changed after the first grading"))
-    nbformat.write(resubmitted, submissions / "perfect" / "04_rope.ipynb")
-    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
-    with Gradebook(course) as gradebook:
-        kept = {key: gradebook.find_grade(key[2], key[1], key[1], key[0]).manual_score for key in marked}
-    assert kept == {
-        ("perfect", "07_rmsnorm", "rmsnorm_test"): 0.5,
-        ("perfect", "04_rope", "rope_forward_test"): None,
+
+
+def _by_hand(out: Path, marks) -> dict:
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gradebook:
+        return {
+            (student, notebook, cell): (
+                gradebook.find_grade(cell, notebook, notebook, student).manual_score,
+                gradebook.find_comment(answer, notebook, notebook, student).manual_comment,
+            )
+            for (student, notebook, cell), (_, answer) in marks.items()
+        }
+
+
+@needs_sandbox
+def test_a_partial_folder_and_a_resubmission_keep_every_other_row_and_hand_grade(graded, tmp_path):
+    """Grading one student's folder into the class's output folder changes that student's rows
+    and nothing else: every other row and every grade and comment given by hand stay; a
+    resubmission keeps the hand grades whose work is unchanged (its answers, for a test cell),
+    and those whose work changed are set aside, said in its row, and kept in the ledger."""
+    out = graded[2]
+    marks = {
+        ("perfect", "07_rmsnorm", "rmsnorm_test"): (0.5, "rmsnorm"),
+        ("perfect", "04_rope", "rope_forward_test"): (0.25, "rope_forward"),
+        ("untouched", "02_positions", "sinusoidal_test"): (1.0, "sinusoidal"),
     }
+    _give_by_hand(out, marks)
+    before = _rows(out)
+    partial = tmp_path / "late-batch"
+    (partial / "perfect").mkdir(parents=True)
+    moved_on = perfect("04_rope")  # the same answers, one cell of notes added
+    moved_on.cells.append(new_code_cell("# my notes, added after the deadline"))
+    nbformat.write(moved_on, partial / "perfect" / "04_rope.ipynb")
+    rewritten = with_answer(
+        perfect("07_rmsnorm"), "rmsnorm", solution_sources("07_rmsnorm")["rmsnorm"] + "\n"
+    )
+    nbformat.write(rewritten, partial / "perfect" / "07_rmsnorm.ipynb")
+    assert main(["grade", str(partial), "--out", str(out), "--jobs", "2"]) == 0
+
+    after = _rows(out)
+    assert set(after) == set(before)
+    changed = {("perfect", "04_rope"), ("perfect", "07_rmsnorm")}
+    assert all(after[key] == before[key] for key in before if key not in changed and key[0] != "untouched")
+    assert (
+        after[("untouched", "02_positions")]["score"]
+        == f"{float(before[('untouched', '02_positions')]['score']) + 1:g}"
+    )
+    kept = _by_hand(out, marks)
+    assert kept[("perfect", "04_rope", "rope_forward_test")] == (
+        0.25,
+        "seen: rope_forward",
+    )  # answers unchanged
+    assert kept[("untouched", "02_positions", "sinusoidal_test")] == (1.0, "seen: sinusoidal")
+    assert kept[("perfect", "07_rmsnorm", "rmsnorm_test")] == (None, None)  # its answer changed
+    assert "not carried over" in after[("perfect", "07_rmsnorm")]["reason"]
+    ledger = json.loads((out / "work" / "hand_grades.json").read_text())
+    [aside] = [e for e in ledger["set_aside"] if e["key"] == "perfect/07_rmsnorm"]
+    assert aside["grades"]["rmsnorm_test"]["manual_score"] == 0.5
+    assert aside["comments"]["rmsnorm"]["manual_comment"] == "seen: rmsnorm"
+
+
+@needs_sandbox
+def test_hand_grades_come_back_when_the_course_is_lost(graded):
+    """OUT/course deleted (or a run killed while replacing it): the next run rebuilds it from
+    the record, with the grades given by hand there."""
+    out, submissions = graded[2], graded[4]
+    marks = {("perfect", "04_rope", "rotation_matrix_test"): (0.5, "rotation_matrix")}
+    _give_by_hand(out, marks)
+    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0  # into the ledger
+    shutil.rmtree(out / "course")
+    assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
+    assert _by_hand(out, marks) == {key: (0.5, "seen: rotation_matrix") for key in marks}
 
 
 REAL_GRADE_ONE = grading.grade_one

@@ -1,0 +1,224 @@
+"""A class as each LMS exports it, graded with `make grade` end to end, with the LMS's own roster.
+
+Each export (tests/lms_exports.py) holds 4 students and 2 notebooks, a resubmission (its older
+attempt holds the unanswered release, so grading the wrong one shows), a late file, a renamed
+file and files that are not notebooks; the roster adds a student who handed in nothing. The zip
+sits at a path with spaces and parentheses, as downloads land. Every row of grades.csv (the
+LMS's student id, name, status, score, late penalty), the missing rows, intake.csv and the upload
+file are checked; then, on the Canvas class, grades given by hand survive a partial re-grade.
+"""
+
+import csv
+import os
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.paths import REPO
+
+from .lms_exports import STUDENTS, blackboard_export, canvas_export, gradescope_export, moodle_export
+from .machine import needs_sandbox
+from .submissions import perfect, release
+
+NOTEBOOKS = ("04_rope", "07_rmsnorm")
+FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
+PERFECT = {nb: nbformat.writes(perfect(nb)).encode() for nb in NOTEBOOKS}
+UNTOUCHED = {nb: nbformat.writes(release(nb)).encode() for nb in NOTEBOOKS}
+# Roles by sorted key (lms_exports.py): ann's 07 is resubmitted, jane's 04 renamed, jane's 07 late.
+FILES = {
+    ("ann", "07_rmsnorm"): PERFECT["07_rmsnorm"],
+    ("jane", "04_rope"): PERFECT["04_rope"],
+    ("jane", "07_rmsnorm"): PERFECT["07_rmsnorm"],
+    ("jose", "07_rmsnorm"): UNTOUCHED["07_rmsnorm"],
+    ("li", "04_rope"): UNTOUCHED["04_rope"],
+}
+DUE = "2026-11-20T22:30:00"  # Blackboard's attempts come at 22:17 and 22:24 (on time), then later
+PENALTY = "10%/day"
+ABSENT = {"canvas": "48299", "moodle": "123499", "blackboard": "mabsent", "gradescope": "1099"}
+
+
+def _roster(lms: str, path: Path) -> Path:
+    """The class list each LMS exports, with one more student who handed in nothing."""
+    people = list(STUDENTS.values())
+    if lms == "canvas":
+        lines = ["\ufeffStudent,ID,SIS User ID,SIS Login ID,Section", "    Points Possible,,,,"]
+        lines += [f'"{s.last}, {s.first}",{s.canvas},s{s.canvas},{s.username},A' for s in people]
+        lines.append(f'"Absent, Al",{ABSENT[lms]},,,A')
+    elif lms == "moodle":
+        lines = ["\ufeffIdentifier,Full name,Email address,Status,Grade,Maximum Grade"]
+        lines += [f'"Participant {s.moodle}",{s.full_name},{s.email},Submitted,,15.00' for s in people]
+        lines.append(f'"Participant {ABSENT[lms]}",Al Absent,al@uni.example,No submission,,15.00')
+    elif lms == "blackboard":
+        lines = ["Last Name,First Name,Username,Student ID,Last Access,Availability"]
+        lines += [f"{s.last},{s.first},{s.username},{s.canvas},,Available" for s in people]
+        lines.append(f"Absent,Al,{ABSENT[lms]},48299,,Available")
+    else:
+        lines = ["First Name,Last Name,SID,Email,Role,Sections"]
+        lines += [f"{s.first},{s.last},{s.sid},{s.email},Student," for s in people]
+        lines.append(f"Al,Absent,{ABSENT[lms]},al@uni.example,Student,")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _make_grade(source: Path, out: Path, *flags: str) -> None:
+    flags = ("--cell-timeout", "30", "--notebook-timeout", "120", *flags)
+    done = subprocess.run(
+        ["make", "grade", f"SUBMISSIONS={source}", f"OUT={out}", "JOBS=2", "GRADE_FLAGS=" + " ".join(flags)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8-sig") as f:
+        return list(csv.DictReader(f))
+
+
+def _export(lms: str, folder: Path):
+    if lms == "canvas":
+        return canvas_export(folder, FILES)
+    if lms == "moodle":
+        return moodle_export(folder, FILES)
+    if lms == "blackboard":
+        return blackboard_export(folder, FILES)
+    # Gradescope: jose hands in with li as a group, and is graded on li's 04_rope
+    return gradescope_export(
+        folder, {k: v for k, v in FILES.items() if k[0] != "jose"}, groups=(("li", "jose"),)
+    )
+
+
+@pytest.fixture(scope="module", params=["canvas", "moodle", "blackboard", "gradescope"])
+def graded_export(request, tmp_path_factory):
+    lms = request.param
+    base = tmp_path_factory.mktemp(lms)
+    export = _export(lms, base / "export")
+    downloads = base / "HW4 Warm-up (final)"
+    downloads.mkdir()
+    archive = export.zip(
+        downloads / "submissions (1).zip", "assignment_123_export" if lms == "gradescope" else ""
+    )
+    roster = _roster(lms, base / "roster.csv")
+    out = base / "out"
+    _make_grade(archive, out, "--roster", str(roster), "--due", DUE, "--late-penalty", PENALTY)
+    return lms, export, out, archive
+
+
+def _late_seconds(export, key) -> float:
+    if key in export.late:
+        return 1.0  # Canvas marks it late without a time: less than a day
+    when = export.submitted_at.get(key)
+    if not when:
+        return 0.0
+    moment = datetime.fromisoformat(when)
+    due = datetime.fromisoformat(DUE)
+    if moment.tzinfo:
+        moment = moment.astimezone().replace(tzinfo=None)
+    return max(0.0, (moment - due).total_seconds())
+
+
+@needs_sandbox
+def test_every_row_of_every_export(graded_export):
+    lms, export, out, _ = graded_export
+    rows = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv")}
+    graded = {key: r for key, r in rows.items() if r["status"] != "missing"}
+    assert set(graded) == set(export.graded), lms
+    for key, data in export.graded.items():
+        row = rows[key]
+        score = FULL[key[1]] if data == PERFECT[key[1]] else 0.0
+        late = _late_seconds(export, key) > 0
+        penalty = score * 0.1 * -(-_late_seconds(export, key) // 86400) if late and score else 0.0
+        assert (row["status"], float(row["score"]), row["max_score"]) == (
+            "graded",
+            score,
+            f"{FULL[key[1]]:g}",
+        ), row
+        assert row["late"] == ("yes" if late else ""), row
+        assert float(row["penalty"] or 0) == pytest.approx(penalty), row
+        assert float(row["final_score"]) == pytest.approx(score - penalty), row
+        assert row["name"], row  # from the roster
+        assert f"{key[1][:2]}." in " ".join(k for k in row if row[k]), row  # per-question columns
+    missing = {key for key, r in rows.items() if r["status"] == "missing"}
+    roster_ids = {_id(lms, s) for s in STUDENTS.values()} | {ABSENT[lms]}
+    assert missing == {(s, nb) for s in roster_ids for nb in NOTEBOOKS} - set(export.graded), lms
+
+
+def _id(lms: str, student) -> str:
+    return {
+        "canvas": str(student.canvas),
+        "moodle": str(student.moodle),
+        "blackboard": student.username,
+        "gradescope": student.sid or student.email,
+    }[lms]
+
+
+@needs_sandbox
+def test_intake_lists_every_file_and_names_the_renamed_one(graded_export):
+    lms, export, out, _ = graded_export
+    listed = {Path(r["path"]).name: r["outcome"] for r in _csv(out / "intake.csv")}
+    assert listed == {Path(path).name: outcome for path, outcome in export.outcomes.items()}, lms
+    for (student, notebook), name in export.renamed.items():
+        log = (out / "logs" / student / f"{notebook}.log").read_text()
+        assert "recognised" in log and name in log, log[:500]
+
+
+@needs_sandbox
+def test_the_lms_upload_holds_each_students_total(graded_export):
+    lms, export, out, _ = graded_export
+    totals = {r["student"]: r for r in _csv(out / "totals.csv")}
+    expected = {}
+    for student, notebook in export.graded:
+        row = next(
+            r for r in _csv(out / "grades.csv") if (r["student"], r["notebook"]) == (student, notebook)
+        )
+        expected[student] = expected.get(student, 0.0) + float(row["final_score"])
+    for student, total in expected.items():
+        assert float(totals[student]["score"]) == pytest.approx(total), totals[student]
+    assert totals[ABSENT[lms]]["status"] == "missing" and totals[ABSENT[lms]]["score"] == ""
+    upload = out / "upload" / f"{lms}.csv"
+    if lms == "gradescope":  # no grade import: totals.csv is what there is
+        assert not (out / "upload").exists() or not any((out / "upload").iterdir())
+        return
+    text = upload.read_text(encoding="utf-8-sig")
+    for student, total in expected.items():
+        line = next(line for line in text.splitlines() if student in line)
+        assert f"{total:g}" in line, (student, line)
+
+
+@needs_sandbox
+def test_hand_grades_survive_a_partial_regrade_of_a_canvas_class(graded_export, tmp_path):
+    """A late resubmission downloaded on its own (Canvas names it with a larger attachment id) and
+    graded into the class's folder: its row changes, no other row, and no hand grade is lost."""
+    lms, export, out, _ = graded_export
+    if lms != "canvas":
+        pytest.skip("run once, on the Canvas class")
+    course = f"sqlite:///{out / 'course' / 'gradebook.db'}"
+    ann = str(STUDENTS["ann"].canvas)
+    with Gradebook(course) as gradebook:  # as in formgrader
+        gradebook.find_grade("rmsnorm_test", "07_rmsnorm", "07_rmsnorm", ann).manual_score = 0.5
+        gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann).manual_comment = "see me"
+        gradebook.db.commit()
+    before = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv")}
+    li = STUDENTS["li"]
+    partial = tmp_path / "li only"
+    partial.mkdir()
+    (partial / f"weili_{li.canvas}_9999999_04_rope.ipynb").write_bytes(PERFECT["04_rope"])
+    _make_grade(partial, out)
+    after = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv")}
+    assert set(after) == set(before)
+    resubmitted = (str(li.canvas), "04_rope")
+    assert after[resubmitted]["score"] == "9"
+    changed = {resubmitted, (ann, "07_rmsnorm")}
+    assert all(after[key] == before[key] for key in before if key not in changed)
+    assert float(after[ann, "07_rmsnorm"]["score"]) == float(before[ann, "07_rmsnorm"]["score"]) - 0.5
+    with Gradebook(course) as gradebook:
+        grade = gradebook.find_grade("rmsnorm_test", "07_rmsnorm", "07_rmsnorm", ann)
+        comment = gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann)
+        assert (grade.manual_score, comment.manual_comment) == (0.5, "see me")
+        assert gradebook.find_student(ann).last_name == "O'Neil"  # the roster's name, not "None"
