@@ -16,6 +16,7 @@ grader keeps that log per submission.
 
 import copy
 import json
+import math
 import os
 import re
 import stat
@@ -219,7 +220,9 @@ class JudgedExecute(Execute):
 
     def _get_timeout(self, cell):
         per_cell = super()._get_timeout(cell)
-        remaining = max(1, int(self._deadline - time.monotonic()))
+        # Rounded up: a cell cut off by the notebook's limit ends past it, so none starts after it
+        # (rounded down, a test cell could start in the last second and run past the limit).
+        remaining = max(1, math.ceil(self._deadline - time.monotonic()))
         return min(per_cell or remaining, remaining)
 
     def process_message(self, msg, cell, cell_index):
