@@ -58,7 +58,7 @@ from .late import LatePolicy
 from .merged_course import merge_course, quiet_gradebook
 from .paths import SOLUTIONS
 from .record import (
-    recorded_results,
+    recorded,
     remember_refusals,
     save_result,
     save_settings,
@@ -396,11 +396,12 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     class_list = read_roster(out / kept["roster"]) if kept.get("roster") else None
     limits = Limits(**kept["limits"]) if "limits" in kept else Limits()
     seed = int((out / "work" / "case_seed").read_text())
-    refused = remember_refusals(out, list(refused_now))
-    record = recorded_results(out)
+    record = recorded(out)
+    refused = remember_refusals(out, list(refused_now), set(record))
     config = _grading_config(out / "course", out / "course", limits, Batch(seed), threads=1, page_depth=2)
     config.merge(Config(policy.nbgrader_config()))
-    rows, notes = merge_course(out, record, config, people(record, class_list), policy)
+    results = [result for result, _ in record.values()]
+    rows, notes = merge_course(out, record, config, people(results, class_list), policy)
     rows = named(rows + refused + missing_rows(rows + refused, class_list), class_list)
     rows.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", rows)
@@ -480,25 +481,25 @@ def _end_batch(batch: Batch, left_by: str) -> None:
 
 def _grade_all(
     submissions: list[Submission], out: Path, limits: Limits, batch: Batch, jobs: int, again: bool = False
-) -> list[Result]:
-    """Grade in `jobs` worker processes, each with a memory cap (the judge's inputs come from
-    students). A worker that dies anyway, or is still busy long after the notebook's time
-    limit (it is then killed), breaks the pool: what it left unfinished is graded again one at
-    a time, so that only the notebook that kills or hangs a worker fails."""
+) -> None:
+    """Grade into the record, in `jobs` worker processes, each with a memory cap (the judge's
+    inputs come from students). A worker that dies anyway, or is still busy long after the
+    notebook's time limit (it is then killed), breaks the pool: what it left unfinished is graded
+    again one at a time, so that only the notebook that kills or hangs a worker fails."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     task = (out, limits, batch, threads, again)
     patience = limits.notebook_timeout + WORKER_GRACE_S
-    results, crashed = [], []
+    crashed = []
 
     def give_up(submission: Submission, reason: str) -> None:
         row = failed(submission.student, submission.notebook, reason)
-        results.append(_save_result(submission, out, row, reason, _sha256(submission.path)))
+        _save_result(submission, out, row, reason, _sha256(submission.path))
 
     with _workers(jobs, limits) as pool:
         futures = {pool.submit(grade_one, s, *task): s for s in submissions}
         for future, submission in futures.items():
             try:
-                results.append(_result_within(future, patience, pool))
+                _result_within(future, patience, pool)
             except WorkerHung as hung:  # not worth a second wait; the others killed with it are
                 give_up(submission, str(hung))
             except BrokenProcessPool:
@@ -506,10 +507,9 @@ def _grade_all(
     for submission in crashed:
         with _workers(1, limits) as pool:
             try:
-                results.append(_result_within(pool.submit(grade_one, submission, *task), patience, pool))
+                _result_within(pool.submit(grade_one, submission, *task), patience, pool)
             except BrokenProcessPool as error:
                 give_up(submission, str(error) if isinstance(error, WorkerHung) else WORKER_DIED)
-    return results
 
 
 WORKER_GRACE_S = 300  # past the notebook's own limit: judging, saving grades, the feedback page

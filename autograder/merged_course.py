@@ -31,7 +31,7 @@ from .cells import grade_id, nbgrader_meta
 from .feedback import install_mathjax, question
 from .late import LatePolicy
 from .paths import source_notebook
-from .record import HandGrades, recorded_digests
+from .record import HandGrades
 from .report import Result
 
 GRADED_FILES = ".graded_sha256.json"  # in OUT/course: the hash of each submission file it holds
@@ -63,12 +63,12 @@ def quiet_gradebook():
 
 def merge_course(
     out: Path,
-    results: list[Result],
+    record: dict[str, tuple[Result, str]],
     config: Config,
     people: dict[str, Person],
     late: LatePolicy,
 ) -> tuple[list[Result], list[str]]:
-    """Rebuild OUT/course from `results` (the whole record); return the rows as the course holds
+    """Rebuild OUT/course from the whole record (record.recorded); return the rows as the course holds
     them (hand grades, late penalty, each test cell's score) and notes for the instructor."""
     work, course, staging, old = out / "work", out / "course", out / "course.partial", out / "course.old"
     if old.exists() and not course.exists():  # a run killed between the two renames below
@@ -79,14 +79,13 @@ def merge_course(
 
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(work / "template", staging, ignore=shutil.ignore_patterns("solutions_sha256"))
-    digests = recorded_digests(out)
     notes, rows, graded = [], [], {}
     with ExitStack() as books:
         books.enter_context(quiet_gradebook())
         merged = books.enter_context(Gradebook(f"sqlite:///{staging / 'gradebook.db'}"))
-        for assignment in {r.notebook for r in results}:
+        for assignment in {result.notebook for result, _ in record.values()}:
             merged.update_or_create_assignment(assignment, duedate=late.due)
-        for result in results:
+        for key, (result, digest) in record.items():
             person = people.get(result.student, Person())
             merged.update_or_create_student(
                 result.student, first_name=person.first_name, last_name=person.last_name, email=person.email
@@ -94,10 +93,9 @@ def merge_course(
             if result.status == "failed":
                 rows.append(result)
                 continue
-            key = f"{result.student}/{result.notebook}"
-            graded[key] = digests[key]
+            graded[key] = digest
             _add_submission(merged, work, staging, result, late)
-            note = _restore_hand_grades(merged, ledger, key, digests[key], result, staging)
+            note = _restore_hand_grades(merged, ledger, key, digest, result, staging)
             if note:
                 notes.append(f"{key}: {note}")
             _penalise(merged, result, late)
@@ -252,22 +250,13 @@ def _restore_hand_grades(
     submission = merged.find_submission(result.notebook, result.student)
     kept = {"submission_sha256": digest, "grades": {}, "comments": {}}
     left = {"submission_sha256": entry["submission_sha256"], "grades": {}, "comments": {}}
-    for cell, given in entry["grades"].items():
-        auto = next((_auto_score(nb, cell) for nb in submission.notebooks), None)
-        follows = same_file or given["work"] == work_fingerprint(notebook, cell, auto)
-        (kept if follows else left)["grades"][cell] = given
-        if follows:
-            grade = merged.find_grade(cell, result.notebook, result.notebook, result.student)
-            grade.manual_score, grade.extra_credit = given["manual_score"], given["extra_credit"]
-            grade.needs_manual_grade = False
-    for cell, given in entry["comments"].items():
-        auto = next((_auto_score(nb, cell) for nb in submission.notebooks), None)
-        follows = same_file or given["work"] == work_fingerprint(notebook, cell, auto)
-        (kept if follows else left)["comments"][cell] = given
-        if follows:
-            merged.find_comment(
-                cell, result.notebook, result.notebook, result.student
-            ).manual_comment = given["manual_comment"]
+    for kind in ("grades", "comments"):
+        for cell, given in entry[kind].items():
+            auto = next((_auto_score(nb, cell) for nb in submission.notebooks), None)
+            follows = same_file or given["work"] == work_fingerprint(notebook, cell, auto)
+            (kept if follows else left)[kind][cell] = given
+            if follows:
+                _give(merged, kind, cell, result, given)
     merged.db.commit()
     if same_file:
         return ""
@@ -283,6 +272,17 @@ def _restore_hand_grades(
         f"resubmitted: {count} hand grade(s) or comment(s) given to the earlier file judged work that "
         "changed and were not carried over (kept in work/hand_grades.json, under set_aside)"
     )
+
+
+def _give(merged: Gradebook, kind: str, cell: str, result: Result, given: dict) -> None:
+    """Put one hand grade ("grades") or comment ("comments") of the ledger into the course."""
+    if kind == "grades":
+        grade = merged.find_grade(cell, result.notebook, result.notebook, result.student)
+        grade.manual_score, grade.extra_credit = given["manual_score"], given["extra_credit"]
+        grade.needs_manual_grade = False
+    else:
+        comment = merged.find_comment(cell, result.notebook, result.notebook, result.student)
+        comment.manual_comment = given["manual_comment"]
 
 
 # ------------------------------------------------------------------------------ its config

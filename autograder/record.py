@@ -66,32 +66,26 @@ def save_result(out: Path, result: Result, digest: str) -> None:
     )
 
 
-def recorded_results(out: Path) -> list[Result]:
-    """Every outcome in the record: this run's and those of every earlier run into `out`."""
-    results = []
+def recorded(out: Path) -> dict[str, tuple[Result, str]]:
+    """Every outcome in the record, this run's and every earlier run's into `out`:
+    student/notebook -> (the outcome, the hash of the file it graded)."""
+    record = {}
     for path in sorted((out / "work" / "results").glob("*/*.json")):
-        results.append(_result(json.loads(path.read_text())))
-    return results
-
-
-def recorded_digests(out: Path) -> dict[str, str]:
-    """student/notebook -> the hash of the file graded last."""
-    return {
-        f"{path.parent.name}/{path.stem}": json.loads(path.read_text()).get("submission_sha256", "")
-        for path in (out / "work" / "results").glob("*/*.json")
-    }
+        saved = json.loads(path.read_text())
+        record[f"{path.parent.name}/{path.stem}"] = (_result(saved), saved.get("submission_sha256", ""))
+    return record
 
 
 # ------------------------------------------------------------------------------ refusals
 
 
-def remember_refusals(out: Path, refused: list[Result]) -> list[Result]:
+def remember_refusals(out: Path, refused: list[Result], graded: set[str]) -> list[Result]:
     """This run's refused rows added to the earlier runs'; those of a student's notebook that
-    has a graded outcome now are dropped (the file graded since replaces them)."""
+    has an outcome in the record now (`graded`: student/notebook) are dropped (the file graded
+    since replaces them)."""
     path = out / "work" / "refused.json"
     rows = {(r["student"], r["notebook"]): r for r in _read_json(path, [])}
     rows.update({(r.student, r.notebook): asdict(r) for r in refused})
-    graded = set(recorded_digests(out))
     kept = [_result(r) for key, r in rows.items() if f"{key[0]}/{key[1]}" not in graded]
     _write_json(path, [asdict(r) for r in kept])
     return kept

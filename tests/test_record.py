@@ -8,7 +8,7 @@ import pytest
 
 from autograder.cli import main
 from autograder.late import CoursePenalty, LatePolicy
-from autograder.record import HandGrades, forget, recorded_results, remember_refusals, save_result
+from autograder.record import HandGrades, forget, recorded, remember_refusals, save_result
 from autograder.report import Result, failed
 
 
@@ -17,11 +17,10 @@ def _graded(student, notebook, score=3.0):
 
 
 def test_refused_rows_stay_until_that_notebook_is_graded(tmp_path):
-    remember_refusals(
-        tmp_path, [failed("ann", "07_rmsnorm", "more than one file"), failed("x y.ipynb", "", "name")]
-    )
+    refused = [failed("ann", "07_rmsnorm", "more than one file"), failed("x y.ipynb", "", "name")]
+    remember_refusals(tmp_path, refused, set())
     save_result(tmp_path, _graded("ann", "07_rmsnorm"), "sha-1")
-    kept = remember_refusals(tmp_path, [])  # a later run that refuses nothing
+    kept = remember_refusals(tmp_path, [], set(recorded(tmp_path)))  # a later run that refuses nothing
     assert [(r.student, r.reason) for r in kept] == [("x y.ipynb", "name")]
 
 
@@ -45,9 +44,9 @@ def test_forget_lists_first_and_removes_only_with_yes(tmp_path, capsys):
     save_result(tmp_path, _graded("bob", "07_rmsnorm"), "sha-3")
     assert main(["forget", str(tmp_path), "ann/07_rmsnorm"]) == 1
     assert "nothing was removed" in capsys.readouterr().out
-    assert len(recorded_results(tmp_path)) == 3
+    assert len(recorded(tmp_path)) == 3
     forget(tmp_path, "ann", "07_rmsnorm")
-    assert {(r.student, r.notebook) for r in recorded_results(tmp_path)} == {
+    assert {(r.student, r.notebook) for r, _ in recorded(tmp_path).values()} == {
         ("ann", "04_rope"),
         ("bob", "07_rmsnorm"),
     }
