@@ -395,7 +395,9 @@ def _field(mapping: dict, name: str):
 
 
 def _text(value) -> str:
-    return "" if value is None else str(value).strip()
+    """A scalar field as text; anything else (a list, a mapping) is no value. YAML aliases make a
+    small file hold a structure of billions of items by reference: only scalars are ever written out."""
+    return str(value).strip() if isinstance(value, str | int | float | date) else ""
 
 
 def _iso(value) -> str:
