@@ -193,6 +193,9 @@ class Check:
     # What each output is, in the words a message uses ("the mask's dtype"); a key without a
     # description is named as 'key'.
     outputs: dict[str, str] = field(default_factory=dict)
+    # Outputs that measure how the code works (how many torch operations it issued), not what
+    # it returns: never compared with the reference or a mistake's; the properties judge them.
+    measured: tuple[str, ...] = ()
 
     @property
     def concern_names(self) -> tuple[str, ...]:
@@ -204,6 +207,10 @@ class Check:
 
     def describe(self, key: str) -> str:
         return self.outputs.get(key, f"'{key}'")
+
+    def answers(self, outputs: Outputs) -> list[str]:
+        """The keys of the outputs that are answers, compared with the reference (not `measured`)."""
+        return [key for key in outputs if key not in self.measured]
 
     @property
     def answer_cell(self) -> str:
@@ -277,6 +284,27 @@ class CallWatch(TorchFunctionMode):
         if watched in self.watched:
             self.calls.append(watched)
         return func(*args, **(kwargs or {}))
+
+
+class OperationCount(TorchFunctionMode):
+    """Counts the torch functions called from Python while active, and the largest tensor any
+    of them returned (in elements): how a check sees a loop over positions, or a T x T matrix.
+
+    Like `CallWatch`, it sees the calls of the code under test, not the ones inside torch.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        result = func(*args, **(kwargs or {}))
+        for tensor in result if isinstance(result, tuple | list) else (result,):
+            if isinstance(tensor, Tensor):
+                self.largest = max(self.largest, tensor.numel())
+        return result
 
 
 def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
@@ -453,10 +481,10 @@ def _judge_case(check: Check, case: Case, result: RunResult, reference: Outputs)
 def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
     if isinstance(result, str):  # the run stage's sentence; a kernel could send any text, so it stays framed
         return result if result.startswith(RUN_STAGE_SENTENCES) else f"your code sent: {result}"
-    for key, want in reference.items():
+    for key in check.answers(reference):
         if key not in result:
             return f"no output '{key}'"
-        problem = compare_tensors(check, key, result[key], want)
+        problem = compare_tensors(check, key, result[key], reference[key])
         if problem:
             return problem
     return None
@@ -529,11 +557,11 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
         return ""
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:
-        if all(_same_output(check, result, wrong, key) for key in wrong):
+        if all(_same_output(check, result, wrong, key) for key in check.answers(wrong)):
             return f"{mistake.name}. {_sentence(mistake.advice)}"
     reference = expect.reference
-    if isinstance(reference, dict) and len(reference) > 1:
-        wrong_keys = [k for k in reference if not _same_output(check, result, reference, k)]
+    if isinstance(reference, dict) and len(check.answers(reference)) > 1:
+        wrong_keys = [k for k in check.answers(reference) if not _same_output(check, result, reference, k)]
         explained = []
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
@@ -542,7 +570,7 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
                 explained.append(f"{mistake.name} ({what} as with that mistake). {_sentence(mistake.advice)}")
         if explained:
             return "more than one thing may be wrong; in part: " + " | ".join(explained)
-    nearest = _nearest_mistake(result, reference, known) if isinstance(reference, dict) else None
+    nearest = _nearest_mistake(check, result, reference, known) if isinstance(reference, dict) else None
     if nearest:
         return (
             f"closest to the known mistake '{nearest.name}' (your values are much nearer to it than to "
@@ -567,22 +595,22 @@ def _same_output(check: Check, result: Outputs, other: Outputs, key: str) -> boo
 NEAREST_RATIO = 0.25  # a mistake is named as the nearest only when 4x nearer than the reference
 
 
-def _nearest_mistake(result: Outputs, reference: Outputs, known) -> Mistake | None:
+def _nearest_mistake(check: Check, result: Outputs, reference: Outputs, known) -> Mistake | None:
     """The mistake whose outputs are far nearer to the result than the reference's are."""
-    to_reference = _distance(result, reference, reference)
+    to_reference = _distance(check, result, reference, reference)
     if not math.isfinite(to_reference) or to_reference == 0:
         return None
-    scored = [(_distance(result, wrong, reference), mistake) for mistake, wrong in known]
+    scored = [(_distance(check, result, wrong, reference), mistake) for mistake, wrong in known]
     scored = [(d, m) for d, m in scored if d < NEAREST_RATIO * to_reference]
     return min(scored, key=lambda pair: pair[0])[1] if scored else None
 
 
-def _distance(result: Outputs, other: Outputs, reference: Outputs) -> float:
-    """Distance over the outputs, each relative to the reference's size; infinite when they
+def _distance(check: Check, result: Outputs, other: Outputs, reference: Outputs) -> float:
+    """Distance over the answers, each relative to the reference's size; infinite when they
     cannot be compared."""
     total = 0.0
-    for key, want in other.items():
-        got, scale = result.get(key), reference.get(key)
+    for key in check.answers(other):
+        got, want, scale = result.get(key), other[key], reference.get(key)
         tensors = (got, want, scale)
         if not all(isinstance(t, Tensor) and t.shape == want.shape for t in tensors):
             return math.inf

@@ -1,0 +1,498 @@
+"""Checks of notebook 03, sliding-window attention.
+
+Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window size,
+C context size (rows of a RoPE table).
+
+The layer's checks load the case's weights into the student's `qkv_linear` and `out`, so the
+reference and the student's layer compute with the same weights: equality with the reference
+is equality with the homework's loop under the student's weights (the tests hold the
+reference to the loop).
+"""
+
+import torch
+
+from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
+from .rope import random_rotation_table
+
+# ------------------------------------------------------------------ shared by the checks
+
+OPS_SHORT, OPS_LONG = "ops at the short length", "ops at the long length"
+LARGEST_SHORT, LARGEST_LONG = "largest tensor at the short length", "largest tensor at the long length"
+MEASURED_OUTPUTS = {
+    OPS_SHORT: "the number of torch operations at the shorter length",
+    OPS_LONG: "the number of torch operations at the longer length",
+    LARGEST_SHORT: "the largest tensor created at the shorter length",
+    LARGEST_LONG: "the largest tensor created at the longer length",
+}
+VECTORISED = "no loop over positions"
+
+
+def _measured(short, long) -> Outputs:
+    """Torch operations and largest tensor of two calls, at a short and a long length (no outputs kept)."""
+    outputs = {}
+    for call, (ops, largest) in ((short, (OPS_SHORT, LARGEST_SHORT)), (long, (OPS_LONG, LARGEST_LONG))):
+        with torch.no_grad(), OperationCount() as count:
+            call()
+        outputs[ops], outputs[largest] = torch.tensor(count.calls), torch.tensor(count.largest)
+    return outputs
+
+
+def _no_position_loop(case: Case, out: Outputs) -> str | None:
+    if case.concern != VECTORISED:
+        return None
+    short, long = int(out[OPS_SHORT]), int(out[OPS_LONG])
+    if long <= short:
+        return None
+    lengths = case.inputs["lengths"]
+    return (
+        f"your code issues {short} torch operations at T={lengths[0]} and {long} at T={lengths[1]}: "
+        "a Python loop walks along the sequence. Handle every position in the same few tensor "
+        "operations (pad, unfold, einsum), whatever T is"
+    )
+
+
+NO_POSITION_LOOP = Property("the number of torch operations does not grow with T", _no_position_loop)
+
+# ------------------------------------------------------- the layer (Questions 1 to 6)
+
+# B, T, D, H, W: odd windows with T below, equal to and above W; Dh == W (5) so that einsum
+# subscripts swapping the window and head_dim run, and give other values.
+ODD_SHAPES = [(1, 10, 8, 2, 3), (2, 7, 12, 3, 5), (1, 3, 8, 2, 5), (2, 5, 8, 2, 5), (1, 9, 10, 2, 5)]
+EVEN_SHAPES = [(2, 9, 8, 2, 4), (1, 3, 8, 2, 6), (1, 6, 12, 2, 6)]
+ODD, EVEN = "odd windows", "even windows"
+
+
+def _layer_inputs(g: torch.Generator, b: int, t: int, d: int, h: int, w: int) -> dict:
+    """The input and the weights a case loads into qkv_linear and out (nn.Linear's init scale)."""
+    bound = d**-0.5
+    weights = [
+        torch.rand(shape, generator=g) * 2 * bound - bound for shape in ((3 * d, d), (3 * d,), (d, d), (d,))
+    ]
+    x = torch.randn(b, t, d, generator=g)
+    return {"x": x, "hidden_size": d, "num_heads": h, "window_size": w, "weights": weights}
+
+
+def layer_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    odd, even = list(ODD_SHAPES), list(EVEN_SHAPES)
+    if hidden:
+        for shapes, parity in ((odd, 1), (even, 0)):
+            for _ in range(2):
+                h = int(torch.randint(1, 5, (), generator=g))
+                d = h * 2 * int(torch.randint(1, 9, (), generator=g))
+                w = 2 * int(torch.randint(1, 8, (), generator=g)) + parity
+                t = int(torch.randint(1, 3 * w, (), generator=g))
+                shapes.append((int(torch.randint(1, 4, (), generator=g)), t, d, h, w))
+    cases = [
+        Case(f"B={b} T={t} D={d} H={h} W={w}", _layer_inputs(g, b, t, d, h, w), concern=concern)
+        for shapes, concern in ((odd, ODD), (even, EVEN))
+        for b, t, d, h, w in shapes
+    ]
+    inputs = _layer_inputs(g, 1, 16, 8, 2, 5)
+    inputs["lengths"] = (16, 64)
+    inputs["x_long"] = torch.randn(1, 64, 8, generator=g)
+    cases.append(Case("D=8 H=2 W=5 run at T=16 and T=64", inputs, concern=VECTORISED))
+    return cases
+
+
+def _load(layer, weights: list[torch.Tensor]) -> None:
+    """The case's weights into the student's qkv_linear and out, whose shapes must be nn.Linear's."""
+    qkv_weight, qkv_bias, out_weight, out_bias = weights
+    for name, weight, bias in (("qkv_linear", qkv_weight, qkv_bias), ("out", out_weight, out_bias)):
+        linear = getattr(layer, name)
+        if linear.bias is None:
+            raise ValueError(f"`{name}` has no bias: keep the given nn.Linear layers as they are")
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+
+
+def build_layer(layer_class, inputs: dict):
+    """The student's layer with the case's weights, after the case's casts (module.to(dtype))."""
+    args = [inputs["hidden_size"], inputs["num_heads"], inputs["window_size"]]
+    if "rotation_matrix" in inputs:
+        args.append(inputs["rotation_matrix"])
+    layer = layer_class(*args)
+    for dtype in inputs.get("module_casts", []):
+        layer = layer.to(getattr(torch, dtype))
+    _load(layer, inputs["weights"])
+    return layer
+
+
+def run_layer(layer_class, case: Case) -> Outputs:
+    layer = build_layer(layer_class, case.inputs)
+    if "lengths" in case.inputs:
+        return _measured(lambda: layer(case.inputs["x"]), lambda: layer(case.inputs["x_long"]))
+    return {"output": layer(case.inputs["x"])}
+
+
+LAYER_ERRORS = [
+    ErrorHint(
+        "operands do not broadcast with remapped shapes",
+        "an einsum's subscripts do not fit its tensors. After unfold the windows are (B, H, T, Dh, W): "
+        "the window is the LAST dimension, after head_dim ('bhtdw').",
+    ),
+    ErrorHint(
+        "has no attribute 'qkv_linear'",
+        "keep the given __init__: the layer's projections are self.qkv_linear and self.out.",
+    ),
+    ErrorHint(
+        "shape '[",
+        "a view or reshape does not fit: the heads are split as view(B, T, H, 3 * Dh), and merged "
+        "back from (B, T, H, Dh) to (B, T, D).",
+    ),
+]
+
+SLIDING_WINDOW = Check(
+    name="03.sliding_window",
+    target="EfficientSlidingWindowMultiheadAttention",
+    cases=layer_cases,
+    run=run_layer,
+    concerns=[Concern(ODD, weight=3), Concern(EVEN, weight=1), Concern(VECTORISED, weight=1)],
+    outputs={"output": "the layer's output", **MEASURED_OUTPUTS},
+    measured=tuple(MEASURED_OUTPUTS),
+    properties=[NO_POSITION_LOOP],
+    error_hints=LAYER_ERRORS,
+    hints=[
+        "Which keys does query t see, and where do they sit once the keys are padded with W // 2 "
+        "zero vectors at each end? Every step of the loop does the same thing for one t: find the one "
+        "tensor operation that does it for all t.",
+        "Test it against the loop with the same weights: fast.load_state_dict(loop.state_dict()), then "
+        "torch.allclose(fast(x), loop(x), atol=1e-6) for x of shape (2, 11, 16) with W = 5 and W = 4. "
+        "Print the shapes after each step: (B, H, T, Dh), then (B, H, T, Dh, W), (B, H, T, W), "
+        "(B, T, H, Dh), (B, T, D).",
+        "keys_windows[b, h, t, :, w] is the padded key at position t + w; "
+        "scores[b, h, t, w] = sum_d q[b, h, t, d] * keys_windows[b, h, t, d, w] / sqrt(Dh); softmax over w; "
+        "context[b, t, h, d] = sum_w attention[b, h, t, w] * values_windows[b, h, t, d, w].",
+        "qkv_linear(x).view(B, T, H, 3 * Dh).transpose(1, 2).chunk(3, dim=-1); F.pad(keys, (0, 0, p, p)); "
+        "keys_padded.unfold(2, W, 1)[:, :, :T]; torch.einsum('bhtd,bhtdw->bhtw', ...); "
+        "torch.einsum('bhtw,bhtdw->bthd', ...); .reshape(B, T, D); self.out(...).",
+    ],
+)
+
+# ------------------------------------------------------------ the mask (Question 7)
+
+CENTRED, CAUSAL = "centred window", "causal window"
+MASK_SHAPES = [(6, 3), (5, 5), (3, 7), (8, 4), (1, 1), (4, 1)]  # T, W
+
+
+def mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(MASK_SHAPES)
+    if hidden:
+        shapes += [
+            (int(torch.randint(1, 40, (), generator=g)), int(torch.randint(1, 12, (), generator=g)))
+            for _ in range(3)
+        ]
+    return [
+        Case(
+            f"T={t} W={w}{', causal' if causal else ''}",
+            {"seq_length": t, "window_size": w, "causal": causal},
+            concern=concern,
+        )
+        for causal, concern in ((False, CENTRED), (True, CAUSAL))
+        for t, w in shapes
+    ]
+
+
+def run_mask(sliding_window_mask, case: Case) -> Outputs:
+    i = case.inputs
+    return {
+        "mask": torch.as_tensor(sliding_window_mask(i["seq_length"], i["window_size"], causal=i["causal"]))
+    }
+
+
+def _keys_seen(case: Case, out: Outputs) -> str | None:
+    mask = out["mask"]
+    t, w = case.inputs["seq_length"], case.inputs["window_size"]
+    if mask.shape != (t, t) or mask.dtype != torch.bool:
+        return None
+    seen = (~mask).sum(-1)  # keys each query sees
+    inner = seen[w - 1 :] if case.inputs["causal"] else seen[w // 2 : t - (w - 1 - w // 2)]
+    wrong = inner[inner != w]
+    return (
+        f"a query away from the edges should see {w} keys, one of yours sees {int(wrong[0])}"
+        if len(wrong)
+        else None
+    )
+
+
+WINDOW_MASK = Check(
+    name="03.window_mask",
+    target="sliding_window_mask",
+    cases=mask_cases,
+    run=run_mask,
+    concerns=[Concern(CENTRED, weight=2), Concern(CAUSAL, weight=1)],
+    outputs={"mask": "the mask"},
+    properties=[Property("a query away from the edges sees W keys", _keys_seen)],
+    hints=[
+        "Entry (i, j) depends only on the offset j - i between key and query. For which offsets may "
+        "query i look, in a centred window of W and in a causal one?",
+        "Test it: sliding_window_mask(5, 3) must leave exactly the main diagonal and its two neighbours "
+        "False; sliding_window_mask(5, 3, causal=True) the diagonal and the two below it; with W = 4 "
+        "(centred) two keys on the left of the diagonal and one on the right.",
+        "Centred: visible when -(W // 2) <= j - i <= W - 1 - W // 2. Causal: visible when "
+        "-(W - 1) <= j - i <= 0. The mask is True where the offset is outside.",
+        "offset = torch.arange(T)[None, :] - torch.arange(T)[:, None] gives j - i as a (T, T) tensor; "
+        "return (offset < first) | (offset > last).",
+    ],
+)
+
+# ------------------------------------------------------- masked edges (Question 8)
+
+# B, H, T, Dh, W
+ATTENTION_SHAPES = [(1, 1, 6, 4, 3), (2, 3, 9, 8, 5), (1, 2, 3, 4, 7), (2, 1, 8, 4, 4), (1, 2, 1, 4, 3)]
+
+
+def _qkv(g: torch.Generator, b: int, h: int, t: int, dh: int) -> dict:
+    q, k, v = torch.randn(3, b, h, t, dh, generator=g)
+    return {"queries": q, "keys": k, "values": v}
+
+
+def attention_cases(g: torch.Generator, hidden: bool, *, long: int = 64) -> list[Case]:
+    shapes = list(ATTENTION_SHAPES)
+    if hidden:
+        for _ in range(3):
+            w = int(torch.randint(1, 12, (), generator=g))
+            b, h, t = (int(torch.randint(1, n, (), generator=g)) for n in (3, 4, 4 * w + 3))
+            shapes.append((b, h, t, 2 * int(torch.randint(1, 9, (), generator=g)), w))
+    cases = [
+        Case(
+            f"B={b} H={h} T={t} Dh={dh} W={w}{', causal' if causal else ''}",
+            {**_qkv(g, b, h, t, dh), "window_size": w, "causal": causal},
+            concern=concern,
+        )
+        for causal, concern in ((False, CENTRED), (True, CAUSAL))
+        for b, h, t, dh, w in shapes
+    ]
+    inputs = {**_qkv(g, 1, 2, 16, 8), "window_size": 5, "causal": False, "lengths": (16, long)}
+    inputs["long"] = _qkv(g, 1, 2, long, 8)
+    cases.append(Case(f"H=2 Dh=8 W=5 run at T=16 and T={long}", inputs, concern=VECTORISED))
+    return cases
+
+
+def run_attention(attention, case: Case) -> Outputs:
+    i = case.inputs
+    w, causal = i["window_size"], i["causal"]
+    if "lengths" in i:
+        long = i["long"]
+        return _measured(
+            lambda: attention(i["queries"], i["keys"], i["values"], w, causal=causal),
+            lambda: attention(long["queries"], long["keys"], long["values"], w, causal=causal),
+        )
+    return {"output": attention(i["queries"], i["keys"], i["values"], w, causal=causal)}
+
+
+def _band_masked(case: Case, out: Outputs) -> str | None:
+    """Equality with F.scaled_dot_product_attention and the band mask, as the question states."""
+    i = case.inputs
+    if "output" not in out or out["output"].shape != i["queries"].shape:
+        return None
+    t, w = i["queries"].shape[-2], i["window_size"]
+    offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
+    first, last = (-(w - 1), 0) if i["causal"] else (-(w // 2), w - 1 - w // 2)
+    visible = (offset >= first) & (offset <= last)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        i["queries"], i["keys"], i["values"], attn_mask=visible
+    )
+    gap = (out["output"] - want).abs().max().item()
+    return None if gap < 1e-4 else f"it differs from the band-masked dense attention by up to {gap:.3g}"
+
+
+EQUALS_DENSE = Property("equals scaled_dot_product_attention with the band mask", _band_masked)
+
+MASKED_WINDOW = Check(
+    name="03.masked_window",
+    target="window_attention",
+    cases=attention_cases,
+    run=run_attention,
+    concerns=[Concern(CENTRED, weight=2), Concern(CAUSAL, weight=1), Concern(VECTORISED, weight=1)],
+    outputs={"output": "the attention output", **MEASURED_OUTPUTS},
+    measured=tuple(MEASURED_OUTPUTS),
+    properties=[EQUALS_DENSE, NO_POSITION_LOOP],
+    error_hints=[
+        ErrorHint(
+            "operands do not broadcast with remapped shapes",
+            "an einsum's subscripts do not fit its tensors: after unfold the windows are (B, H, T, Dh, W).",
+        )
+    ],
+    hints=[
+        "Which slots of query t's window hold no token? Write the token position of each slot as a "
+        "(T, W) table: it depends on t, on the slot and on how much padding comes before the query.",
+        "Test it: torch.allclose(window_attention(q, k, v, 5, causal), "
+        "F.scaled_dot_product_attention(q, k, v, attn_mask=~sliding_window_mask(T, 5, causal)), atol=1e-6) "
+        "for both values of causal, with T = 12 and with T = 3 (shorter than the window).",
+        "Slot w of query t holds token t - before + w, with before = W // 2 (centred) or W - 1 (causal); "
+        "the slot is padding when that is < 0 or >= T. Pad `before` slots on the left and W - 1 - before "
+        "on the right.",
+        "key_position = torch.arange(T)[:, None] - before + torch.arange(W); outside = (key_position < 0) | "
+        "(key_position >= T); scores.masked_fill(outside, float('-inf')).softmax(dim=-1).",
+    ],
+)
+
+# ------------------------------------------------------------ RoPE inside (Question 9)
+
+TABLE_KEPT = "a layer cast to bfloat16 and back keeps its table"
+ROPE_CORE = "queries and keys rotated before windowing"
+# B, T, D, H, W, C: T above the window (a table for W rows fails there), below it, even W.
+ROPE_SHAPES = [(1, 12, 8, 2, 5, 16), (2, 4, 8, 2, 5, 10), (2, 9, 12, 3, 3, 9), (1, 10, 8, 1, 4, 20)]
+
+
+def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(ROPE_SHAPES)
+    if hidden:
+        for _ in range(2):
+            h = int(torch.randint(1, 4, (), generator=g))
+            d = h * 2 * int(torch.randint(1, 6, (), generator=g))
+            w = int(torch.randint(2, 9, (), generator=g))
+            t = int(torch.randint(w + 1, 4 * w, (), generator=g))
+            shapes.append(
+                (
+                    int(torch.randint(1, 3, (), generator=g)),
+                    t,
+                    d,
+                    h,
+                    w,
+                    t + int(torch.randint(0, 9, (), generator=g)),
+                )
+            )
+    cases = []
+    for b, t, d, h, w, c in shapes:
+        inputs = {
+            **_layer_inputs(g, b, t, d, h, w),
+            "rotation_matrix": random_rotation_table(g, c, d // h // 2),
+        }
+        inputs["rope_q"], inputs["rope_k"] = torch.randn(2, 1, 1, min(t, c), d // h, generator=g)
+        cases.append(Case(f"B={b} T={t} D={d} H={h} W={w} context={c}", inputs))
+    inputs = {**_layer_inputs(g, 1, 12, 8, 2, 5), "rotation_matrix": random_rotation_table(g, 16, 2)}
+    inputs["rope_q"], inputs["rope_k"] = torch.randn(2, 1, 1, 12, 4, generator=g)
+    inputs["module_casts"] = ["bfloat16", "float32"]
+    cases.append(
+        Case("B=1 T=12 D=8 H=2 W=5 context=16, layer cast to bfloat16 and back", inputs, concern=TABLE_KEPT)
+    )
+    return cases
+
+
+def run_rope_inside(targets, case: Case) -> Outputs:
+    layer_class, rope_class = targets
+    i = case.inputs
+    # The student's RoPE alone first: a bug of notebook 04 is named as such.
+    rotated_q, rotated_k = rope_class(i["rotation_matrix"])(i["rope_q"], i["rope_k"])
+    layer = build_layer(layer_class, i)
+    return {"rope_queries": rotated_q, "rope_keys": rotated_k, "output": layer(i["x"])}
+
+
+ROPE_INSIDE = Check(
+    name="03.rope_inside",
+    target=("EfficientSlidingWindowMultiheadAttention", "RoPE"),
+    answer="sliding_window",
+    cases=rope_cases,
+    run=run_rope_inside,
+    concerns=[Concern(ROPE_CORE, weight=3), Concern(TABLE_KEPT, weight=1)],
+    outputs={
+        "rope_queries": "the queries your RoPE class (from notebook 04) rotates",
+        "rope_keys": "the keys your RoPE class (from notebook 04) rotates",
+        "output": "the layer's output",
+    },
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "a rotation table needs a row for every position of the sequence (T of them), not for the "
+            "window: rotate with the table given to __init__ (context_size rows), before the windows are "
+            "cut.",
+        ),
+        ErrorHint(
+            "name 'RoPE' is not defined",
+            "the cell above the layer must define RoPE: paste your get_rotation_matrix and RoPE from "
+            "notebook 04.",
+        ),
+    ],
+    hints=[
+        "RoPE turns each query and key by the angle of its own position in the sequence. At which step of "
+        "your forward does every key still sit at its own position, before padding shifts it and before "
+        "the windows regroup it?",
+        "Test it: build the layer with get_rotation_matrix(Dh, 64, 10000.0), then prepend three random "
+        "tokens to x: the outputs of the inner tokens must not change (the notebook's cell does this).",
+        "queries, keys = self.rope(queries, keys) on the (B, H, T, Dh) tensors, right after the split "
+        "into heads; values are not rotated.",
+        "if self.rope is not None: queries, keys = self.rope(queries, keys), between chunk(3, dim=-1) "
+        "and F.pad.",
+    ],
+)
+
+# ------------------------------------------------------ blocked attention (Question 10)
+
+BLOCKED_SHAPES = [(1, 2, 20, 8, 5), (2, 1, 7, 4, 9), (1, 1, 33, 4, 4), (1, 2, 1, 4, 3), (2, 2, 17, 8, 16)]
+LINEAR_MEMORY = "memory grows like T, not T squared"
+
+
+def blocked_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = attention_cases(g, hidden, long=256)
+    shapes = list(BLOCKED_SHAPES)
+    if hidden:
+        for _ in range(2):
+            w = int(torch.randint(1, 40, (), generator=g))
+            shapes.append((1, 2, int(torch.randint(1, 5 * w + 9, (), generator=g)), 8, w))
+    cases = [c for c in cases if c.concern != VECTORISED] + [
+        Case(
+            f"B={b} H={h} T={t} Dh={dh} W={w}{', causal' if causal else ''}",
+            {**_qkv(g, b, h, t, dh), "window_size": w, "causal": causal},
+            concern=CAUSAL if causal else CENTRED,
+        )
+        for causal in (False, True)
+        for b, h, t, dh, w in shapes
+    ]
+    inputs = {**_qkv(g, 1, 2, 64, 8), "window_size": 9, "causal": True, "lengths": (64, 1024)}
+    inputs["long"] = _qkv(g, 1, 2, 1024, 8)
+    cases.append(Case("H=2 Dh=8 W=9 causal, run at T=64 and T=1024", inputs, concern=VECTORISED))
+    cases.append(
+        Case("H=2 Dh=8 W=9 causal, largest tensor at T=64 and T=1024", inputs, concern=LINEAR_MEMORY)
+    )
+    return cases
+
+
+def _linear_memory(case: Case, out: Outputs) -> str | None:
+    if case.concern != LINEAR_MEMORY:
+        return None
+    short, long = int(out[LARGEST_SHORT]), int(out[LARGEST_LONG])
+    (t_short, t_long), growth = case.inputs["lengths"], int(out[LARGEST_LONG]) / max(1, short)
+    if growth <= 2 * t_long / t_short:
+        return None
+    return (
+        f"the largest tensor your code creates holds {short} elements at T={t_short} and {long} at "
+        f"T={t_long}, "
+        f"{growth:.0f} times more for {t_long // t_short} times the length: something of size T x T is built "
+        "(a full mask or score matrix). Build one small mask per block instead"
+    )
+
+
+BLOCKED = Check(
+    name="03.blocked_attention",
+    target="blocked_window_attention",
+    cases=blocked_cases,
+    run=run_attention,
+    concerns=[
+        Concern(CENTRED, weight=2),
+        Concern(CAUSAL, weight=1),
+        Concern(VECTORISED, weight=1),
+        Concern(LINEAR_MEMORY, weight=1),
+    ],
+    outputs={"output": "the attention output", **MEASURED_OUTPUTS},
+    measured=tuple(MEASURED_OUTPUTS),
+    properties=[EQUALS_DENSE, NO_POSITION_LOOP, Property("memory linear in T", _linear_memory)],
+    hints=[
+        "Take the queries of one block, positions s to s + Q - 1. Which is the first key any of them can "
+        "see, and which the last? Every block then needs the same number of keys.",
+        "Test it against F.scaled_dot_product_attention(q, k, v, "
+        "attn_mask=~sliding_window_mask(T, W, causal)) for T = 1, T = W, T = 100 (not a multiple of your "
+        "block size) and both values of causal.",
+        "With before = W // 2 (centred) or W - 1 (causal), block i's queries i*Q .. i*Q + Q - 1 see keys "
+        "i*Q - before .. i*Q + Q - 1 + (W - 1 - before): a span of Q + W - 1. Slot s of block i holds key "
+        "i*Q - before + s; it is visible to query i*Q + r when that key is in 0..T-1 and its offset to the "
+        "query is in the window.",
+        "F.pad(queries, (0, 0, 0, n*Q - T)).view(B, H, n, Q, Dh); "
+        "F.pad(keys, (0, 0, before, n*Q + W - 1 - before - T)).unfold(2, Q + W - 1, Q).transpose(-1, -2); "
+        "a visible mask of shape (n, Q, Q + W - 1) from aranges; "
+        "F.scaled_dot_product_attention(..., attn_mask=visible); reshape and keep the first T rows.",
+    ],
+)
+
+CHECKS = [SLIDING_WINDOW, WINDOW_MASK, MASKED_WINDOW, ROPE_INSIDE, BLOCKED]
