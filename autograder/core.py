@@ -98,6 +98,7 @@ class Property:
 
     name: str
     test: Callable[[Case, Outputs], str | None]
+    concern: str = ""  # judged on the cases of this concern only; "": on every case
 
 
 @dataclass(frozen=True)
@@ -442,13 +443,17 @@ def judge_concern(
     for case, result in zip(cases, results, strict=True):
         for name, failure in _property_failures(check, case, result):
             return False, f"case {case.name}: property '{name}' fails: {failure}"
-    # The properties are named once, with the core: an edge's cases may not exercise them all.
-    core = not check.concerns or check.concern_of(cases[0]) == check.concerns[0].name
-    names = ", ".join(p.name for p in check.properties) if core else ""
+    # A property is named with its own concern; those of every case once, with the core (an
+    # edge's cases may not exercise them all).
+    concern = check.concern_of(cases[0])
+    core = not check.concerns or concern == check.concerns[0].name
+    names = ", ".join(p.name for p in check.properties if p.concern == concern or (core and not p.concern))
     extra = f"; properties hold: {names}" if names else ""
     one = len(cases) == 1
     if check.criterion:
         met = f"{'meets' if one else 'meet'} the check's criterion"
+    elif not any(check.answers(e.reference) for e in expected):  # measurements only: properties judged them
+        met = f"{'passes' if one else 'pass'} the measurement"
     else:
         met = f"{'matches' if one else 'match'} the reference"
     return True, f"{'1 case' if one else f'{len(cases)} cases'} {met}{extra}"
@@ -460,6 +465,8 @@ def _property_failures(check: Check, case: Case, result: RunResult) -> list[tupl
         return []
     failures = []
     for prop in check.properties:
+        if prop.concern and prop.concern != check.concern_of(case):
+            continue
         try:
             failure = prop.test(case, result)
         except Exception:  # outputs too malformed to judge this property; the values say why

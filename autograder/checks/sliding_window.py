@@ -38,8 +38,6 @@ def _measured(short, long) -> Outputs:
 
 
 def _no_position_loop(case: Case, out: Outputs) -> str | None:
-    if case.concern != VECTORISED:
-        return None
     short, long = int(out[OPS_SHORT]), int(out[OPS_LONG])
     if long <= short:
         return None
@@ -51,7 +49,27 @@ def _no_position_loop(case: Case, out: Outputs) -> str | None:
     )
 
 
-NO_POSITION_LOOP = Property("the number of torch operations does not grow with T", _no_position_loop)
+NO_POSITION_LOOP = Property(
+    "the number of torch operations does not grow with T", _no_position_loop, concern=VECTORISED
+)
+
+LINEAR_MEMORY = "memory grows like T, not T squared"
+
+
+def _linear_memory(case: Case, out: Outputs) -> str | None:
+    short, long = int(out[LARGEST_SHORT]), int(out[LARGEST_LONG])
+    (t_short, t_long), growth = case.inputs["lengths"], long / max(1, short)
+    if growth <= 2 * t_long / t_short:
+        return None
+    return (
+        f"the largest tensor your code creates holds {short} elements at T={t_short} and {long} at "
+        f"T={t_long}, {growth:.0f} times more for {t_long // t_short} times the length: it grows faster "
+        "than T. Something of size T x T (a full mask or score matrix), or blocks whose size grows with T, "
+        "are built: keep every tensor's size proportional to T, with a block size that depends on W only"
+    )
+
+
+MEMORY_LINEAR_IN_T = Property("the largest tensor grows like T", _linear_memory, concern=LINEAR_MEMORY)
 
 # ------------------------------------------------------- the layer (Questions 1 to 6)
 
@@ -127,7 +145,7 @@ def run_layer(layer_class, case: Case) -> Outputs:
 
 LAYER_ERRORS = [
     ErrorHint(
-        "operands do not broadcast with remapped shapes",
+        "does not broadcast with previously seen size",
         "an einsum's subscripts do not fit its tensors. After unfold the windows are (B, H, T, Dh, W): "
         "the window is the LAST dimension, after head_dim ('bhtdw').",
     ),
@@ -182,7 +200,7 @@ def mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             (int(torch.randint(1, 40, (), generator=g)), int(torch.randint(1, 12, (), generator=g)))
             for _ in range(3)
         ]
-    return [
+    cases = [
         Case(
             f"T={t} W={w}{', causal' if causal else ''}",
             {"seq_length": t, "window_size": w, "causal": causal},
@@ -191,17 +209,27 @@ def mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         for causal, concern in ((False, CENTRED), (True, CAUSAL))
         for t, w in shapes
     ]
+    inputs = {"seq_length": 16, "window_size": 5, "causal": False, "lengths": (16, 64)}
+    return [*cases, Case("W=5 built for T=16 and T=64", inputs, concern=VECTORISED)]
 
 
 def run_mask(sliding_window_mask, case: Case) -> Outputs:
     i = case.inputs
+    if "lengths" in i:
+        short, long = i["lengths"]
+        return _measured(
+            lambda: sliding_window_mask(short, i["window_size"], causal=i["causal"]),
+            lambda: sliding_window_mask(long, i["window_size"], causal=i["causal"]),
+        )
     return {
         "mask": torch.as_tensor(sliding_window_mask(i["seq_length"], i["window_size"], causal=i["causal"]))
     }
 
 
 def _keys_seen(case: Case, out: Outputs) -> str | None:
-    mask = out["mask"]
+    mask = out.get("mask")
+    if mask is None:
+        return None
     t, w = case.inputs["seq_length"], case.inputs["window_size"]
     if mask.shape != (t, t) or mask.dtype != torch.bool:
         return None
@@ -220,9 +248,10 @@ WINDOW_MASK = Check(
     target="sliding_window_mask",
     cases=mask_cases,
     run=run_mask,
-    concerns=[Concern(CENTRED, weight=2), Concern(CAUSAL, weight=1)],
-    outputs={"mask": "the mask"},
-    properties=[Property("a query away from the edges sees W keys", _keys_seen)],
+    concerns=[Concern(CENTRED, weight=2), Concern(CAUSAL, weight=1), Concern(VECTORISED, weight=1)],
+    outputs={"mask": "the mask", **MEASURED_OUTPUTS},
+    measured=tuple(MEASURED_OUTPUTS),
+    properties=[Property("a query away from the edges sees W keys", _keys_seen), NO_POSITION_LOOP],
     hints=[
         "Entry (i, j) depends only on the offset j - i between key and query. For which offsets may "
         "query i look, in a centred window of W and in a causal one?",
@@ -247,13 +276,18 @@ def _qkv(g: torch.Generator, b: int, h: int, t: int, dh: int) -> dict:
     return {"queries": q, "keys": k, "values": v}
 
 
-def attention_cases(g: torch.Generator, hidden: bool, *, long: int = 64) -> list[Case]:
-    shapes = list(ATTENTION_SHAPES)
-    if hidden:
-        for _ in range(3):
-            w = int(torch.randint(1, 12, (), generator=g))
-            b, h, t = (int(torch.randint(1, n, (), generator=g)) for n in (3, 4, 4 * w + 3))
-            shapes.append((b, h, t, 2 * int(torch.randint(1, 9, (), generator=g)), w))
+def _random_attention_shape(g: torch.Generator, max_window: int) -> tuple[int, ...]:
+    w = int(torch.randint(1, max_window + 1, (), generator=g))
+    b, h, t = (int(torch.randint(1, n, (), generator=g)) for n in (3, 4, 5 * w + 9))
+    return b, h, t, 2 * int(torch.randint(1, 9, (), generator=g)), w
+
+
+def attention_cases(
+    g: torch.Generator, hidden: bool, shapes: list, max_window: int, measured: tuple[int, int, int, bool]
+) -> list[Case]:
+    """Centred and causal cases of each (B, H, T, Dh, W), then one run at two lengths judged twice:
+    its operation count and its largest tensor. `measured`: W, the two lengths, causal."""
+    shapes = list(shapes) + ([_random_attention_shape(g, max_window) for _ in range(3)] if hidden else [])
     cases = [
         Case(
             f"B={b} H={h} T={t} Dh={dh} W={w}{', causal' if causal else ''}",
@@ -263,10 +297,17 @@ def attention_cases(g: torch.Generator, hidden: bool, *, long: int = 64) -> list
         for causal, concern in ((False, CENTRED), (True, CAUSAL))
         for b, h, t, dh, w in shapes
     ]
-    inputs = {**_qkv(g, 1, 2, 16, 8), "window_size": 5, "causal": False, "lengths": (16, long)}
+    w, short, long, causal = measured
+    inputs = {**_qkv(g, 1, 2, short, 8), "window_size": w, "causal": causal, "lengths": (short, long)}
     inputs["long"] = _qkv(g, 1, 2, long, 8)
-    cases.append(Case(f"H=2 Dh=8 W=5 run at T=16 and T={long}", inputs, concern=VECTORISED))
+    run = f"H=2 Dh=8 W={w}{' causal' if causal else ''} run at T={short} and T={long}"
+    cases.append(Case(f"{run}, torch operations counted", inputs, concern=VECTORISED))
+    cases.append(Case(f"{run}, largest tensor measured", inputs, concern=LINEAR_MEMORY))
     return cases
+
+
+def masked_window_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    return attention_cases(g, hidden, ATTENTION_SHAPES, max_window=11, measured=(5, 16, 256, False))
 
 
 def run_attention(attention, case: Case) -> Outputs:
@@ -302,15 +343,20 @@ EQUALS_DENSE = Property("equals scaled_dot_product_attention with the band mask"
 MASKED_WINDOW = Check(
     name="03.masked_window",
     target="window_attention",
-    cases=attention_cases,
+    cases=masked_window_cases,
     run=run_attention,
-    concerns=[Concern(CENTRED, weight=2), Concern(CAUSAL, weight=1), Concern(VECTORISED, weight=1)],
+    concerns=[
+        Concern(CENTRED, weight=2),
+        Concern(CAUSAL, weight=1),
+        Concern(VECTORISED, weight=1),
+        Concern(LINEAR_MEMORY, weight=1),
+    ],
     outputs={"output": "the attention output", **MEASURED_OUTPUTS},
     measured=tuple(MEASURED_OUTPUTS),
-    properties=[EQUALS_DENSE, NO_POSITION_LOOP],
+    properties=[EQUALS_DENSE, NO_POSITION_LOOP, MEMORY_LINEAR_IN_T],
     error_hints=[
         ErrorHint(
-            "operands do not broadcast with remapped shapes",
+            "does not broadcast with previously seen size",
             "an einsum's subscripts do not fit its tensors: after unfold the windows are (B, H, T, Dh, W).",
         )
     ],
@@ -328,7 +374,7 @@ MASKED_WINDOW = Check(
     ],
 )
 
-# ------------------------------------------------------------ RoPE inside (Question 9)
+# ------------------------------------------------------------ RoPE inside (Question 10)
 
 TABLE_KEPT = "a layer cast to bfloat16 and back keeps its table"
 ROPE_CORE = "queries and keys rotated before windowing"
@@ -388,16 +434,17 @@ ROPE_INSIDE = Check(
     run=run_rope_inside,
     concerns=[Concern(ROPE_CORE, weight=3), Concern(TABLE_KEPT, weight=1)],
     outputs={
-        "rope_queries": "the queries your RoPE class (from notebook 04) rotates",
-        "rope_keys": "the keys your RoPE class (from notebook 04) rotates",
+        "rope_queries": "the rotated queries of your RoPE (notebook 04's question)",
+        "rope_keys": "the rotated keys of your RoPE (notebook 04's question)",
         "output": "the layer's output",
     },
     error_hints=[
         ErrorHint(
             "must match the size of tensor",
-            "a rotation table needs a row for every position of the sequence (T of them), not for the "
-            "window: rotate with the table given to __init__ (context_size rows), before the windows are "
-            "cut.",
+            "the rotation table's rows and the positions rotated do not line up. Rotate the (B, H, T, Dh) "
+            "queries and keys right after the split into heads, before padding adds W // 2 positions at "
+            "each end, with the table given to __init__: it has a row for every position of the sequence, "
+            "where a table built for window_size rows is too short once T > W.",
         ),
         ErrorHint(
             "name 'RoPE' is not defined",
@@ -418,50 +465,14 @@ ROPE_INSIDE = Check(
     ],
 )
 
-# ------------------------------------------------------ blocked attention (Question 10)
+# ------------------------------------------------------ blocked attention (Question 9)
 
 BLOCKED_SHAPES = [(1, 2, 20, 8, 5), (2, 1, 7, 4, 9), (1, 1, 33, 4, 4), (1, 2, 1, 4, 3), (2, 2, 17, 8, 16)]
-LINEAR_MEMORY = "memory grows like T, not T squared"
 
 
 def blocked_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    cases = attention_cases(g, hidden, long=256)
-    shapes = list(BLOCKED_SHAPES)
-    if hidden:
-        for _ in range(2):
-            w = int(torch.randint(1, 40, (), generator=g))
-            shapes.append((1, 2, int(torch.randint(1, 5 * w + 9, (), generator=g)), 8, w))
-    cases = [c for c in cases if c.concern != VECTORISED] + [
-        Case(
-            f"B={b} H={h} T={t} Dh={dh} W={w}{', causal' if causal else ''}",
-            {**_qkv(g, b, h, t, dh), "window_size": w, "causal": causal},
-            concern=CAUSAL if causal else CENTRED,
-        )
-        for causal in (False, True)
-        for b, h, t, dh, w in shapes
-    ]
-    inputs = {**_qkv(g, 1, 2, 64, 8), "window_size": 9, "causal": True, "lengths": (64, 1024)}
-    inputs["long"] = _qkv(g, 1, 2, 1024, 8)
-    cases.append(Case("H=2 Dh=8 W=9 causal, run at T=64 and T=1024", inputs, concern=VECTORISED))
-    cases.append(
-        Case("H=2 Dh=8 W=9 causal, largest tensor at T=64 and T=1024", inputs, concern=LINEAR_MEMORY)
-    )
-    return cases
-
-
-def _linear_memory(case: Case, out: Outputs) -> str | None:
-    if case.concern != LINEAR_MEMORY:
-        return None
-    short, long = int(out[LARGEST_SHORT]), int(out[LARGEST_LONG])
-    (t_short, t_long), growth = case.inputs["lengths"], int(out[LARGEST_LONG]) / max(1, short)
-    if growth <= 2 * t_long / t_short:
-        return None
-    return (
-        f"the largest tensor your code creates holds {short} elements at T={t_short} and {long} at "
-        f"T={t_long}, "
-        f"{growth:.0f} times more for {t_long // t_short} times the length: something of size T x T is built "
-        "(a full mask or score matrix). Build one small mask per block instead"
-    )
+    shapes = ATTENTION_SHAPES + BLOCKED_SHAPES
+    return attention_cases(g, hidden, shapes, max_window=40, measured=(9, 64, 1024, True))
 
 
 BLOCKED = Check(
@@ -477,7 +488,7 @@ BLOCKED = Check(
     ],
     outputs={"output": "the attention output", **MEASURED_OUTPUTS},
     measured=tuple(MEASURED_OUTPUTS),
-    properties=[EQUALS_DENSE, NO_POSITION_LOOP, Property("memory linear in T", _linear_memory)],
+    properties=[EQUALS_DENSE, NO_POSITION_LOOP, MEMORY_LINEAR_IN_T],
     hints=[
         "Take the queries of one block, positions s to s + Q - 1. Which is the first key any of them can "
         "see, and which the last? Every block then needs the same number of keys.",
@@ -488,10 +499,10 @@ BLOCKED = Check(
         "i*Q - before .. i*Q + Q - 1 + (W - 1 - before): a span of Q + W - 1. Slot s of block i holds key "
         "i*Q - before + s; it is visible to query i*Q + r when that key is in 0..T-1 and its offset to the "
         "query is in the window.",
-        "F.pad(queries, (0, 0, 0, n*Q - T)).view(B, H, n, Q, Dh); "
-        "F.pad(keys, (0, 0, before, n*Q + W - 1 - before - T)).unfold(2, Q + W - 1, Q).transpose(-1, -2); "
-        "a visible mask of shape (n, Q, Q + W - 1) from aranges; "
-        "F.scaled_dot_product_attention(..., attn_mask=visible); reshape and keep the first T rows.",
+        "F.pad(queries, (0, 0, 0, n*Q - T)).view(B * H, n, Q, Dh); F.pad(keys, (0, 0, before, "
+        "n*Q + W - 1 - before - T)).flatten(0, 1).unfold(1, Q + W - 1, Q).transpose(-1, -2); a visible mask "
+        "of shape (n, Q, Q + W - 1) from aranges; F.scaled_dot_product_attention(q, k, v, "
+        "attn_mask=visible[None]); reshape to (B, H, n*Q, Dh) and keep the first T rows.",
     ],
 )
 
