@@ -6,11 +6,19 @@ One module per notebook (tests/alternatives_NN.py), each with its ALTERNATIVES b
 from .alternatives_00 import ALTERNATIVES as ALTERNATIVES_00
 from .alternatives_01 import ALTERNATIVES as ALTERNATIVES_01
 from .alternatives_02 import ALTERNATIVES as ALTERNATIVES_02
+from .alternatives_03 import ALTERNATIVES as ALTERNATIVES_03
 from .alternatives_04 import ALTERNATIVES as ALTERNATIVES_04
 from .alternatives_04 import RoPEReal, rotation_matrix_complex, rotation_matrix_exp
 from .alternatives_07 import ALTERNATIVES as ALTERNATIVES_07
 from .alternatives_07 import RMSNormOneOverSqrt
 
-ALTERNATIVES = {**ALTERNATIVES_00, **ALTERNATIVES_01, **ALTERNATIVES_02, **ALTERNATIVES_04, **ALTERNATIVES_07}
+ALTERNATIVES = {
+    **ALTERNATIVES_00,
+    **ALTERNATIVES_01,
+    **ALTERNATIVES_02,
+    **ALTERNATIVES_03,
+    **ALTERNATIVES_04,
+    **ALTERNATIVES_07,
+}
 
 __all__ = ["ALTERNATIVES", "RMSNormOneOverSqrt", "RoPEReal", "rotation_matrix_complex", "rotation_matrix_exp"]

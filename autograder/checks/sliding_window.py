@@ -377,44 +377,41 @@ MASKED_WINDOW = Check(
 # ------------------------------------------------------------ RoPE inside (Question 10)
 
 TABLE_KEPT = "a layer cast to bfloat16 and back keeps its table"
-ROPE_CORE = "queries and keys rotated before windowing"
-# B, T, D, H, W, C: T above the window (a table for W rows fails there), below it, even W.
+ROPE_CORE = "odd windows: queries and keys rotated before windowing"
+ROPE_EVEN = "even windows"
+# B, T, D, H, W, C: T above the window (a table for W rows fails there) and below it.
 ROPE_SHAPES = [(1, 12, 8, 2, 5, 16), (2, 4, 8, 2, 5, 10), (2, 9, 12, 3, 3, 9), (1, 10, 8, 1, 4, 20)]
 
 
+def _random_rope_shape(g: torch.Generator) -> tuple[int, ...]:
+    h = int(torch.randint(1, 4, (), generator=g))
+    d = h * 2 * int(torch.randint(1, 6, (), generator=g))
+    w = int(torch.randint(2, 9, (), generator=g))
+    t = int(torch.randint(w + 1, 4 * w, (), generator=g))
+    b, extra = int(torch.randint(1, 3, (), generator=g)), int(torch.randint(0, 9, (), generator=g))
+    return b, t, d, h, w, t + extra
+
+
+def _rope_inputs(g: torch.Generator, b: int, t: int, d: int, h: int, w: int, c: int) -> dict:
+    """A layer's case with a table of random frequencies, and a query and key for the RoPE alone."""
+    inputs = {**_layer_inputs(g, b, t, d, h, w), "rotation_matrix": random_rotation_table(g, c, d // h // 2)}
+    inputs["rope_q"], inputs["rope_k"] = torch.randn(2, 1, 1, min(t, c), d // h, generator=g)
+    return inputs
+
+
 def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(ROPE_SHAPES)
-    if hidden:
-        for _ in range(2):
-            h = int(torch.randint(1, 4, (), generator=g))
-            d = h * 2 * int(torch.randint(1, 6, (), generator=g))
-            w = int(torch.randint(2, 9, (), generator=g))
-            t = int(torch.randint(w + 1, 4 * w, (), generator=g))
-            shapes.append(
-                (
-                    int(torch.randint(1, 3, (), generator=g)),
-                    t,
-                    d,
-                    h,
-                    w,
-                    t + int(torch.randint(0, 9, (), generator=g)),
-                )
-            )
-    cases = []
-    for b, t, d, h, w, c in shapes:
-        inputs = {
-            **_layer_inputs(g, b, t, d, h, w),
-            "rotation_matrix": random_rotation_table(g, c, d // h // 2),
-        }
-        inputs["rope_q"], inputs["rope_k"] = torch.randn(2, 1, 1, min(t, c), d // h, generator=g)
-        cases.append(Case(f"B={b} T={t} D={d} H={h} W={w} context={c}", inputs))
-    inputs = {**_layer_inputs(g, 1, 12, 8, 2, 5), "rotation_matrix": random_rotation_table(g, 16, 2)}
-    inputs["rope_q"], inputs["rope_k"] = torch.randn(2, 1, 1, 12, 4, generator=g)
-    inputs["module_casts"] = ["bfloat16", "float32"]
-    cases.append(
-        Case("B=1 T=12 D=8 H=2 W=5 context=16, layer cast to bfloat16 and back", inputs, concern=TABLE_KEPT)
-    )
-    return cases
+    shapes = ROPE_SHAPES + ([_random_rope_shape(g) for _ in range(3)] if hidden else [])
+    cases = [
+        Case(
+            f"B={b} T={t} D={d} H={h} W={w} context={c}",
+            _rope_inputs(g, b, t, d, h, w, c),
+            concern=ROPE_CORE if w % 2 else ROPE_EVEN,
+        )
+        for b, t, d, h, w, c in shapes
+    ]
+    inputs = {**_rope_inputs(g, 1, 12, 8, 2, 5, 16), "module_casts": ["bfloat16", "float32"]}
+    name = "B=1 T=12 D=8 H=2 W=5 context=16, layer cast to bfloat16 and back"
+    return [*cases, Case(name, inputs, concern=TABLE_KEPT)]
 
 
 def run_rope_inside(targets, case: Case) -> Outputs:
@@ -432,7 +429,7 @@ ROPE_INSIDE = Check(
     answer="sliding_window",
     cases=rope_cases,
     run=run_rope_inside,
-    concerns=[Concern(ROPE_CORE, weight=3), Concern(TABLE_KEPT, weight=1)],
+    concerns=[Concern(ROPE_CORE, weight=3), Concern(ROPE_EVEN, weight=1), Concern(TABLE_KEPT, weight=1)],
     outputs={
         "rope_queries": "the rotated queries of your RoPE (notebook 04's question)",
         "rope_keys": "the rotated keys of your RoPE (notebook 04's question)",
