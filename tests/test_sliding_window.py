@@ -5,6 +5,7 @@ one part and wrong in another (a loop, a T x T mask, a table cast away, odd wind
 Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window size.
 """
 
+import json
 from functools import cache
 
 import nbformat
@@ -17,7 +18,7 @@ from autograder import CHECKS, evaluate, reference
 from autograder.cells import grade_id
 from autograder.checks.sliding_window import EVEN, LINEAR_MEMORY, ODD, TABLE_KEPT, VECTORISED
 from autograder.core import TOLERANCES
-from autograder.paths import source_notebook
+from autograder.paths import REPO, source_notebook
 
 from .alternatives_03 import ODD_ONLY, CatZerosLayer
 from .alternatives_04 import RoPEReal
@@ -285,3 +286,16 @@ def test_mistakes_file_redefines_none_of_the_notebooks_names():
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in notebook and not name.startswith("__")}
     assert all(vars(module)[name] is notebook[name] for name in shared), shared
+
+
+def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
+    """The figure's numbers are copied into the notebook (a grading kernel reads no other file):
+    they must be the benchmark's, rounded, as benchmarks/results/sliding_window_cpu.json holds them."""
+    measured = json.loads((REPO / "benchmarks" / "results" / "sliding_window_cpu.json").read_text())
+    cells = {grade_id(c): c.source for c in nbformat.read(source_notebook(ASSIGNMENT), as_version=4).cells}
+    names: dict = {}
+    exec(cells["benchmark_numbers"], names)
+    assert names["lengths"] == [int(t) for t in measured["ms"]["blocked"]]
+    for key, unit, digits in (("milliseconds", "ms", 2), ("mebibytes", "mib", 1)):
+        want = {method: [round(v, digits) for v in by_t.values()] for method, by_t in measured[unit].items()}
+        assert names[key] == want, f"rerun the benchmark's numbers into the notebook's {key}"

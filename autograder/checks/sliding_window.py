@@ -178,7 +178,8 @@ SLIDING_WINDOW = Check(
         "torch.allclose(fast(x), loop(x), atol=1e-6) for x of shape (2, 11, 16) with W = 5 and W = 4. "
         "Print the shapes after each step: (B, H, T, Dh), then (B, H, T, Dh, W), (B, H, T, W), "
         "(B, T, H, Dh), (B, T, D).",
-        "keys_windows[b, h, t, :, w] is the padded key at position t + w; "
+        "unfold puts the window LAST, after Dh: keys_windows[b, h, t, :, w] is the padded key at position "
+        "t + w (for an even W, unfold gives T + 1 windows: keep the first T); "
         "scores[b, h, t, w] = sum_d q[b, h, t, d] * keys_windows[b, h, t, d, w] / sqrt(Dh); softmax over w; "
         "context[b, t, h, d] = sum_w attention[b, h, t, w] * values_windows[b, h, t, d, w].",
         "qkv_linear(x).view(B, T, H, 3 * Dh).transpose(1, 2).chunk(3, dim=-1); F.pad(keys, (0, 0, p, p)); "
