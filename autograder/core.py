@@ -140,8 +140,8 @@ class Verdict:
 
     @property
     def points(self) -> float:
-        if self.parts:
-            return sum(part.points for part in self.parts)
+        if self.parts:  # rounded: shares such as 1/3 + 4 * 1/6 sum to 0.9999999999999999
+            return round(sum(part.points for part in self.parts), 9)
         return self.max_points if self.passed else 0.0
 
     def worth(self, max_points: float) -> Verdict:
@@ -197,6 +197,9 @@ class Check:
     # Outputs that measure how the code works (how many torch operations it issued), not what
     # it returns: never compared with the reference or a mistake's; the properties judge them.
     measured: tuple[str, ...] = ()
+    # Names of `target` that `run` calls only to say what is wrong (03.rope_inside runs the
+    # student's RoPE on its own, to name a bug of notebook 04 as one): they earn nothing.
+    diagnostic: tuple[str, ...] = ()
 
     @property
     def concern_names(self) -> tuple[str, ...]:
@@ -209,7 +212,7 @@ class Check:
     def describe(self, key: str) -> str:
         return self.outputs.get(key, f"'{key}'")
 
-    def answers(self, outputs: Outputs) -> list[str]:
+    def answer_keys(self, outputs: Outputs) -> list[str]:
         """The keys of the outputs that are answers, compared with the reference (not `measured`)."""
         return [key for key in outputs if key not in self.measured]
 
@@ -288,19 +291,23 @@ class CallWatch(TorchFunctionMode):
 
 
 class OperationCount(TorchFunctionMode):
-    """Counts the torch functions called from Python while active, and the largest tensor any
-    of them returned (in elements): how a check sees a loop over positions, or a T x T matrix.
+    """Counts the torch functions called from Python while active, the calls of chosen ones, and
+    the largest tensor any of them returned (in elements): how a check sees a loop over
+    positions, a T x T matrix, or how many times the code calls a given kernel.
 
     Like `CallWatch`, it sees the calls of the code under test, not the ones inside torch.
     """
 
-    def __init__(self):
+    def __init__(self, chosen: Iterable[Callable] = ()):
         super().__init__()
+        self.chosen = frozenset(chosen)
         self.calls = 0
+        self.chosen_calls = 0
         self.largest = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls += 1
+        self.chosen_calls += getattr(func, "overloadpacket", func) in self.chosen
         result = func(*args, **(kwargs or {}))
         for tensor in result if isinstance(result, tuple | list) else (result,):
             if isinstance(tensor, Tensor):
@@ -394,6 +401,9 @@ def judge(
     for case in cases:
         if case.concern and case.concern not in check.concern_names:
             raise ValueError(f"{check.name}: case {case.name!r} has unknown concern {case.concern!r}")
+    for prop in check.properties:
+        if prop.concern and prop.concern not in check.concern_names:
+            raise ValueError(f"{check.name}: property {prop.name!r} has unknown concern {prop.concern!r}")
     if not check.concerns:
         passed, message = judge_concern(check, cases, results, expected, mistakes)
         return Verdict(check.name, passed, message)
@@ -452,7 +462,9 @@ def judge_concern(
     one = len(cases) == 1
     if check.criterion:
         met = f"{'meets' if one else 'meet'} the check's criterion"
-    elif not any(check.answers(e.reference) for e in expected):  # measurements only: properties judged them
+    elif not any(
+        check.answer_keys(e.reference) for e in expected
+    ):  # measurements only: properties judged them
         met = f"{'passes' if one else 'pass'} the measurement"
     else:
         met = f"{'matches' if one else 'match'} the reference"
@@ -488,7 +500,7 @@ def _judge_case(check: Check, case: Case, result: RunResult, reference: Outputs)
 def _compare(check: Check, result: RunResult, reference: Outputs) -> str | None:
     if isinstance(result, str):  # the run stage's sentence; a kernel could send any text, so it stays framed
         return result if result.startswith(RUN_STAGE_SENTENCES) else f"your code sent: {result}"
-    for key in check.answers(reference):
+    for key in check.answer_keys(reference):
         if key not in result:
             return f"no output '{key}'"
         problem = compare_tensors(check, key, result[key], reference[key])
@@ -564,11 +576,13 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
         return ""
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:
-        if all(_same_output(check, result, wrong, key) for key in check.answers(wrong)):
+        if all(_same_output(check, result, wrong, key) for key in check.answer_keys(wrong)):
             return f"{mistake.name}. {_sentence(mistake.advice)}"
     reference = expect.reference
-    if isinstance(reference, dict) and len(check.answers(reference)) > 1:
-        wrong_keys = [k for k in check.answers(reference) if not _same_output(check, result, reference, k)]
+    if isinstance(reference, dict) and len(check.answer_keys(reference)) > 1:
+        wrong_keys = [
+            k for k in check.answer_keys(reference) if not _same_output(check, result, reference, k)
+        ]
         explained = []
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
@@ -616,7 +630,7 @@ def _distance(check: Check, result: Outputs, other: Outputs, reference: Outputs)
     """Distance over the answers, each relative to the reference's size; infinite when they
     cannot be compared."""
     total = 0.0
-    for key in check.answers(other):
+    for key in check.answer_keys(other):
         got, want, scale = result.get(key), other[key], reference.get(key)
         tensors = (got, want, scale)
         if not all(isinstance(t, Tensor) and t.shape == want.shape for t in tensors):

@@ -41,7 +41,7 @@ def tolerance_margin(check: Check, result: Outputs, reference: Outputs) -> float
     """The largest |got - want| / (atol + rtol |want|) over the answers (not the measurements);
     values torch.isclose calls equal count 0."""
     worst = 0.0
-    for key in check.answers(reference):
+    for key in check.answer_keys(reference):
         got, want = result[key].to(reference[key].dtype), reference[key]
         if not (want.is_floating_point() or want.is_complex()):
             worst = max(worst, 0.0 if torch.equal(got, want) else float("inf"))

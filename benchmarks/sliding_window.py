@@ -9,7 +9,9 @@ B=1, H=4, Dh=32, W=65 (centred window), T = 256, 512, ..., 16384, float32. The m
 - blocked: `blocked_window_attention`, blocks of queries in one batched SDPA call;
 - flex: torch's flex_attention (torch.compile'd) with a sliding-window BlockMask.
 The three course functions are the reference of notebook 03 (`autograder.reference`), not
-copies. Every method's output is checked against the dense SDPA's before timing; a method
+copies. Every method's output is checked against the dense SDPA's before timing (where the
+dense call is skipped, against the blocked version's, which has been checked against it at
+every shorter length and by the tests); a method
 that raises (flex_attention where it cannot compile) is reported as failing in the table.
 
 Time: the median of --rounds calls after one warm-up call, per method and T, with Python's

@@ -16,6 +16,7 @@ import pytest
 import autograder.recognition as recognition
 from autograder import exports
 from autograder.inbox import Intake, IntakeFile, find_submissions, write_intake_report
+from autograder.paths import assignments
 from autograder.report import UNPRINTABLE
 from tests.lms_exports import (
     STUDENTS,
@@ -27,6 +28,8 @@ from tests.lms_exports import (
 )
 
 KNOWN = ("00_warmup", "01_attention", "02_positions", "04_rope", "07_rmsnorm")
+
+NAMES = ", ".join(assignments())  # the course's notebooks, as refusals list them
 
 
 def handed_in(student: str, notebook: str) -> bytes:
@@ -458,7 +461,7 @@ def test_what_cannot_be_recognised_is_refused_with_the_cause_and_the_fix(tmp_pat
         ),
         "bo": (
             "'notes.ipynb' holds none of the cells of this course's notebooks, and its name names none of "
-            "them (00_warmup, 01_attention, 02_positions, 04_rope, 07_rmsnorm), so which notebook it is "
+            f"them ({NAMES}), so which notebook it is "
             "cannot be told: if it is one of them, rename it after it (e.g. 00_warmup.ipynb); else ask the "
             "student for the notebook made from the released one"
         ),
@@ -530,7 +533,7 @@ def test_plain_refusals_name_the_character_and_the_fix(tmp_path):
         ),
         "carl_homework.ipynb": (
             "a file at the top of the source must be named <student>_<notebook>.ipynb, ending in a "
-            "notebook's exact name (00_warmup, 01_attention, 02_positions, 04_rope, 07_rmsnorm), for its "
+            f"notebook's exact name ({NAMES}), for its "
             "student and notebook to be told apart: rename it (e.g. carl_00_warmup.ipynb if it holds "
             "00_warmup), or put it in a folder named after its student, where its notebook is recognised by "
             "its cells"

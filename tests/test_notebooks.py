@@ -37,10 +37,14 @@ def test_source_notebooks_are_stored_clean(assignment):
 def test_release_contains_no_answers_hidden_tests_outputs_or_instructor_files(assignment):
     notebook = release(assignment)
     text = (NOTEBOOKS / assignment / f"{assignment}.ipynb").read_text()
+    # A line of an answer that the notebook also gives (notebook 03's loop splits q, k and v as the
+    # vectorised answer does) is not a leak.
+    source_cells = nbformat.read(source_notebook(assignment), as_version=4).cells
+    given = {line.strip() for c in source_cells for line in SOLUTION_REGION.sub("", c.source).splitlines()}
     for source in solution_sources(assignment).values():
         for answer in SOLUTION_REGION.findall(source):
             for line in filter(None, (line.strip() for line in answer.splitlines())):
-                assert line not in text, f"answer line leaked into the release: {line}"
+                assert line in given or line not in text, f"answer line leaked into the release: {line}"
     assert "BEGIN HIDDEN TESTS" not in text and "hidden=True" not in text
     assert "widgets" not in notebook.metadata
     for cell in notebook.cells:

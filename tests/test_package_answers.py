@@ -127,7 +127,8 @@ def slots(check, obj: Any, reference: Any) -> Iterator[tuple[str, Any]]:
         yield check.target, obj
         return
     for i, slot in enumerate(check.target):
-        yield slot, tuple(obj if j == i else part for j, part in enumerate(reference))
+        if slot not in check.diagnostic:  # called to name a mistake, never graded
+            yield slot, tuple(obj if j == i else part for j, part in enumerate(reference))
 
 
 def passes(check, answer: Any, cases: list, expected: list) -> bool:

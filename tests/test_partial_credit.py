@@ -2,6 +2,7 @@
 every check of the course (each names its outputs for the student, each case's concern exists)."""
 
 import linecache
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from autograder.core import (
     Concern,
     Expectation,
     Mistake,
+    OperationCount,
+    Property,
     compare_tensors,
     expectations,
     judge,
@@ -201,6 +204,62 @@ def test_the_nearest_mistake_is_named_only_when_much_nearer():
 
 
 # ------------------------------------------------------------------ every check of the course
+
+
+# A check that measures how the code works: "calls" is counted, not compared with the reference,
+# and judged by a property of the measured concern only.
+COUNTED = "few torch calls"
+
+
+def counted_run(double, case: Case) -> dict:
+    with OperationCount() as count:
+        y = double(case.inputs["x"])
+    return {"y": y, "calls": torch.tensor(count.calls)}
+
+
+def _few_calls(case: Case, out: dict) -> str | None:
+    return None if int(out["calls"]) <= 2 else f"{int(out['calls'])} torch calls"
+
+
+COUNTING = Check(
+    name="toy.counted",
+    target="double",
+    cases=lambda g, hidden: [
+        Case("x", {"x": torch.randn(3, generator=g)}),
+        Case("x counted", {"x": torch.randn(3, generator=g)}, concern=COUNTED),
+    ],
+    run=counted_run,
+    concerns=[Concern(CORE), Concern(COUNTED)],
+    outputs={"y": "the doubled tensor", "calls": "the number of torch calls"},
+    measured=("calls",),
+    properties=[Property("at most two torch calls", _few_calls, concern=COUNTED)],
+)
+
+
+def double_in_steps(x):  # right values, in four torch calls
+    return x.clone().mul(1).add(x).mul(1)
+
+
+def counted_verdict(impl):
+    cases = COUNTING.cases(torch.Generator().manual_seed(0), False)
+    expected = expectations(COUNTING, double, [], cases)
+    return judge(COUNTING, cases, run_stage(COUNTING, impl, cases), expected, []).worth(2.0)
+
+
+def test_a_measured_output_is_judged_by_its_property_not_compared():
+    right, slow = counted_verdict(double), counted_verdict(double_in_steps)
+    assert right.points == 2.0, right.message
+    # The core's case counts calls too, with other numbers than the reference's: not compared, and
+    # the property belongs to the counted concern alone.
+    assert [p.passed for p in slow.parts] == [True, False], slow.message
+    assert "property 'at most two torch calls' fails: 4 torch calls" in slow.message, slow.message
+
+
+def test_a_property_of_an_unknown_concern_is_refused():
+    cases = COUNTING.cases(torch.Generator().manual_seed(0), False)
+    typo = replace(COUNTING, properties=[Property("p", _few_calls, concern="few torch call")])
+    with pytest.raises(ValueError, match="unknown concern"):
+        judge(typo, cases, run_stage(typo, double, cases), expectations(typo, double, [], cases), [])
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

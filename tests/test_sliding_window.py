@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder import CHECKS, evaluate, reference
+from autograder import evaluate, reference
 from autograder.cells import grade_id
-from autograder.checks.sliding_window import EVEN, LINEAR_MEMORY, ODD, TABLE_KEPT, VECTORISED
+from autograder.checks.sliding_window import EVEN, LINEAR_MEMORY, ODD, ONE_SDPA_CALL, TABLE_KEPT, VECTORISED
 from autograder.core import TOLERANCES
 from autograder.paths import REPO, source_notebook
 
@@ -169,6 +169,19 @@ def test_blocked_attention_through_a_dense_mask_fails_only_memory():
     assert "Something of size T x T" in verdict.message, verdict.message
 
 
+def test_unfold_and_einsum_handed_in_as_blocked_fails_only_the_one_sdpa_call():
+    verdict = evaluate("03.blocked_attention", ref("window_attention"))
+    all_but(verdict, ONE_SDPA_CALL)
+    assert "calls F.scaled_dot_product_attention 0 times" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("name", ["03.masked_window", "03.blocked_attention"])
+def test_a_measured_concern_needs_the_right_answer_too(name):
+    """Code that runs fast and returns the values unchanged earns nothing, measured parts included."""
+    verdict = evaluate(name, lambda queries, keys, values, window_size, causal=False: values.clone())
+    assert verdict.points == 0, verdict.message
+
+
 # ----------------------------------------------------------------- RoPE inside (Q10)
 
 
@@ -230,9 +243,40 @@ class NoRotationLayer(CatZerosLayer):
 
 def test_a_rope_bug_is_named_as_notebook_04s():
     verdict = evaluate("03.rope_inside", (NoRotationLayer, NoRotation))
-    first_failure = verdict.message.splitlines()[0]
-    assert CHECKS["03.rope_inside"].describe("rope_queries") in first_failure, verdict.message
+    assert "your RoPE (notebook 04's question) rotates queries wrongly" in verdict.message, verdict.message
     assert verdict.points == 0
+
+
+class InlineRotationLayer(CatZerosLayer):
+    """Rotates inside the layer (a complex product with the table), without the RoPE class."""
+
+    def __init__(self, hidden_size, num_heads, window_size, rotation_matrix=None):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.table = rotation_matrix
+        self.rope = None if rotation_matrix is None else self._rotate
+
+    def _rotate(self, queries, keys):
+        def turn(x):
+            B, H, T, Dh = x.shape
+            pairs = torch.view_as_complex(x.float().reshape(B, H, T, Dh // 2, 2)) * self.table[:T]
+            return torch.view_as_real(pairs).reshape(B, H, T, Dh)
+
+        return turn(queries), turn(keys)
+
+
+class StubRoPE(nn.Module):
+    """The release's cell left as it is: RoPE's forward still raises."""
+
+    def __init__(self, rotation_matrix):
+        super().__init__()
+
+    def forward(self, queries, keys):
+        raise NotImplementedError()
+
+
+def test_a_layer_that_rotates_without_the_rope_class_is_graded_on_its_own():
+    verdict = evaluate("03.rope_inside", (InlineRotationLayer, StubRoPE))
+    assert verdict.passed, verdict.message
 
 
 class NoBias(CatZerosLayer):
@@ -292,9 +336,8 @@ def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
     """The figure's numbers are copied into the notebook (a grading kernel reads no other file):
     they must be the benchmark's, rounded, as benchmarks/results/sliding_window_cpu.json holds them."""
     measured = json.loads((REPO / "benchmarks" / "results" / "sliding_window_cpu.json").read_text())
-    cells = {grade_id(c): c.source for c in nbformat.read(source_notebook(ASSIGNMENT), as_version=4).cells}
     names: dict = {}
-    exec(cells["benchmark_numbers"], names)
+    exec(cells(ASSIGNMENT)["benchmark_numbers"], names)
     assert names["lengths"] == [int(t) for t in measured["ms"]["blocked"]]
     for key, unit, digits in (("milliseconds", "ms", 2), ("mebibytes", "mib", 1)):
         want = {method: [round(v, digits) for v in by_t.values()] for method, by_t in measured[unit].items()}

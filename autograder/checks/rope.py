@@ -156,16 +156,20 @@ def _position0_identity(case: Case, out: Outputs) -> str | None:
     )
 
 
+def rotated_pairs(x: torch.Tensor, rotation_matrix: torch.Tensor) -> torch.Tensor:
+    """Seed 003's real form of RoPE: each pair (a, b) = (x[2k], x[2k+1]) at position t turned to
+    (a cos - b sin, a sin + b cos) by the angle of rotation_matrix[t, k]. (B, H, T, Dh) -> same."""
+    angles = rotation_matrix[: x.shape[-2]].angle()  # (T, Dh/2)
+    cos, sin = angles.cos(), angles.sin()
+    a, b = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh/2) each
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (B, H, T, Dh)
+
+
 def _rotation_2x2(case: Case, out: Outputs) -> str | None:
-    """Seed 003's real form: (a, b) -> (a cos - b sin, a sin + b cos), angles from the table."""
     x, got = case.inputs["q"], out["queries"]
     if got.shape != x.shape or x.dtype == torch.bfloat16:
         return None
-    angles = case.inputs["rotation_matrix"][: x.shape[-2]].angle()  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()
-    a, b = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh/2) each
-    want = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (B, H, T, Dh)
-    gap = (got - want).abs().max().item()
+    gap = (got - rotated_pairs(x, case.inputs["rotation_matrix"])).abs().max().item()
     return (
         None if gap < 1e-4 else f"the 2x2 rotation of each (x[2k], x[2k+1]) pair differs by up to {gap:.3g}"
     )

@@ -12,53 +12,71 @@ reference to the loop).
 import torch
 
 from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
-from .rope import random_rotation_table
+from .rope import random_rotation_table, rotated_pairs
 
 # ------------------------------------------------------------------ shared by the checks
 
+# A measured run calls the code at a short and a long length under an `OperationCount`. The
+# short call's result is compared with the reference's as usual, so only a right answer earns a
+# measured concern; the counts are judged by properties.
 OPS_SHORT, OPS_LONG = "ops at the short length", "ops at the long length"
 LARGEST_SHORT, LARGEST_LONG = "largest tensor at the short length", "largest tensor at the long length"
+SDPA_SHORT, SDPA_LONG = "SDPA calls at the short length", "SDPA calls at the long length"
 MEASURED_OUTPUTS = {
     OPS_SHORT: "the number of torch operations at the shorter length",
     OPS_LONG: "the number of torch operations at the longer length",
     LARGEST_SHORT: "the largest tensor created at the shorter length",
     LARGEST_LONG: "the largest tensor created at the longer length",
+    SDPA_SHORT: "the calls of scaled_dot_product_attention at the shorter length",
+    SDPA_LONG: "the calls of scaled_dot_product_attention at the longer length",
 }
+SDPA = torch.nn.functional.scaled_dot_product_attention
 VECTORISED = "no loop over positions"
+LINEAR_MEMORY = "memory grows like T, not T squared"
+ONE_SDPA_CALL = "all blocks in one scaled_dot_product_attention call"
+MISSING = "the measurement did not come back with the results"
 
 
-def _measured(short, long) -> Outputs:
-    """Torch operations and largest tensor of two calls, at a short and a long length (no outputs kept)."""
+def measured_run(short, long, answer: str) -> Outputs:
+    """`answer`: the short call's result; and each call's torch operations, largest tensor and SDPA calls."""
     outputs = {}
-    for call, (ops, largest) in ((short, (OPS_SHORT, LARGEST_SHORT)), (long, (OPS_LONG, LARGEST_LONG))):
-        with torch.no_grad(), OperationCount() as count:
-            call()
-        outputs[ops], outputs[largest] = torch.tensor(count.calls), torch.tensor(count.largest)
+    for call, keys in (
+        (short, (OPS_SHORT, LARGEST_SHORT, SDPA_SHORT)),
+        (long, (OPS_LONG, LARGEST_LONG, SDPA_LONG)),
+    ):
+        with torch.no_grad(), OperationCount([SDPA]) as count:
+            result = call()
+        if call is short:
+            outputs[answer] = result
+        for key, value in zip(keys, (count.calls, count.largest, count.chosen_calls), strict=True):
+            outputs[key] = torch.tensor(value)
     return outputs
 
 
+def _counts(out: Outputs, short: str, long: str) -> tuple[int, int] | None:
+    if not all(k in out and out[k].numel() == 1 for k in (short, long)):
+        return None
+    return int(out[short]), int(out[long])
+
+
 def _no_position_loop(case: Case, out: Outputs) -> str | None:
-    short, long = int(out[OPS_SHORT]), int(out[OPS_LONG])
+    if (counts := _counts(out, OPS_SHORT, OPS_LONG)) is None:
+        return MISSING
+    (short, long), (t_short, t_long) = counts, case.inputs["lengths"]
     if long <= short:
         return None
-    lengths = case.inputs["lengths"]
     return (
-        f"your code issues {short} torch operations at T={lengths[0]} and {long} at T={lengths[1]}: "
+        f"your code issues {short} torch operations at T={t_short} and {long} at T={t_long}: "
         "a Python loop walks along the sequence. Handle every position in the same few tensor "
         "operations (pad, unfold, einsum), whatever T is"
     )
 
 
-NO_POSITION_LOOP = Property(
-    "the number of torch operations does not grow with T", _no_position_loop, concern=VECTORISED
-)
-
-LINEAR_MEMORY = "memory grows like T, not T squared"
-
-
 def _linear_memory(case: Case, out: Outputs) -> str | None:
-    short, long = int(out[LARGEST_SHORT]), int(out[LARGEST_LONG])
-    (t_short, t_long), growth = case.inputs["lengths"], long / max(1, short)
+    if (counts := _counts(out, LARGEST_SHORT, LARGEST_LONG)) is None:
+        return MISSING
+    (short, long), (t_short, t_long) = counts, case.inputs["lengths"]
+    growth = long / max(1, short)
     if growth <= 2 * t_long / t_short:
         return None
     return (
@@ -69,12 +87,30 @@ def _linear_memory(case: Case, out: Outputs) -> str | None:
     )
 
 
+def _one_sdpa_call(case: Case, out: Outputs) -> str | None:
+    if (counts := _counts(out, SDPA_SHORT, SDPA_LONG)) is None:
+        return MISSING
+    if counts == (1, 1):
+        return None
+    (short, long), (t_short, t_long) = counts, case.inputs["lengths"]
+    return (
+        f"your code calls F.scaled_dot_product_attention {short} times at T={t_short} and {long} at "
+        f"T={t_long}: the question asks for the blocks as one batch, attending in one call with a "
+        "(n, Q, Q + W - 1) mask, so that the fused kernel does all the work"
+    )
+
+
+NO_POSITION_LOOP = Property(
+    "the number of torch operations does not grow with T", _no_position_loop, concern=VECTORISED
+)
 MEMORY_LINEAR_IN_T = Property("the largest tensor grows like T", _linear_memory, concern=LINEAR_MEMORY)
+ONE_BATCHED_CALL = Property("one scaled_dot_product_attention call", _one_sdpa_call, concern=ONE_SDPA_CALL)
 
 # ------------------------------------------------------- the layer (Questions 1 to 6)
 
-# B, T, D, H, W: odd windows with T below, equal to and above W; Dh == W (5) so that einsum
-# subscripts swapping the window and head_dim run, and give other values.
+# B, T, D, H, W: odd windows with T below, equal to and above W. The last odd shape and the first
+# even one have Dh == W, where einsum subscripts swapping the window and head_dim run (and give
+# other values) instead of raising.
 ODD_SHAPES = [(1, 10, 8, 2, 3), (2, 7, 12, 3, 5), (1, 3, 8, 2, 5), (2, 5, 8, 2, 5), (1, 9, 10, 2, 5)]
 EVEN_SHAPES = [(2, 9, 8, 2, 4), (1, 3, 8, 2, 6), (1, 6, 12, 2, 6)]
 ODD, EVEN = "odd windows", "even windows"
@@ -139,16 +175,18 @@ def build_layer(layer_class, inputs: dict):
 def run_layer(layer_class, case: Case) -> Outputs:
     layer = build_layer(layer_class, case.inputs)
     if "lengths" in case.inputs:
-        return _measured(lambda: layer(case.inputs["x"]), lambda: layer(case.inputs["x_long"]))
+        return measured_run(lambda: layer(case.inputs["x"]), lambda: layer(case.inputs["x_long"]), "output")
     return {"output": layer(case.inputs["x"])}
 
 
+EINSUM_SHAPES = ErrorHint(
+    "does not broadcast with previously seen size",
+    "an einsum's tensors do not fit its subscripts. After unfold the windows are (B, H, T, Dh, W): the "
+    "window is the LAST dimension, after head_dim ('bhtdw'); and for an even W, unfold gives T + 1 "
+    "windows: keep the first T.",
+)
 LAYER_ERRORS = [
-    ErrorHint(
-        "does not broadcast with previously seen size",
-        "an einsum's subscripts do not fit its tensors. After unfold the windows are (B, H, T, Dh, W): "
-        "the window is the LAST dimension, after head_dim ('bhtdw').",
-    ),
+    EINSUM_SHAPES,
     ErrorHint(
         "has no attribute 'qkv_linear'",
         "keep the given __init__: the layer's projections are self.qkv_linear and self.out.",
@@ -218,9 +256,10 @@ def run_mask(sliding_window_mask, case: Case) -> Outputs:
     i = case.inputs
     if "lengths" in i:
         short, long = i["lengths"]
-        return _measured(
-            lambda: sliding_window_mask(short, i["window_size"], causal=i["causal"]),
+        return measured_run(
+            lambda: torch.as_tensor(sliding_window_mask(short, i["window_size"], causal=i["causal"])),
             lambda: sliding_window_mask(long, i["window_size"], causal=i["causal"]),
+            "mask",
         )
     return {
         "mask": torch.as_tensor(sliding_window_mask(i["seq_length"], i["window_size"], causal=i["causal"]))
@@ -284,10 +323,15 @@ def _random_attention_shape(g: torch.Generator, max_window: int) -> tuple[int, .
 
 
 def attention_cases(
-    g: torch.Generator, hidden: bool, shapes: list, max_window: int, measured: tuple[int, int, int, bool]
+    g: torch.Generator,
+    hidden: bool,
+    shapes: list,
+    max_window: int,
+    two_lengths: tuple[int, int, int, bool],
+    measured_concerns: tuple[str, ...],
 ) -> list[Case]:
-    """Centred and causal cases of each (B, H, T, Dh, W), then one run at two lengths judged twice:
-    its operation count and its largest tensor. `measured`: W, the two lengths, causal."""
+    """Centred and causal cases of each (B, H, T, Dh, W), then one run at two lengths (W, the two
+    lengths, causal), a case of each measured concern."""
     shapes = list(shapes) + ([_random_attention_shape(g, max_window) for _ in range(3)] if hidden else [])
     cases = [
         Case(
@@ -298,17 +342,16 @@ def attention_cases(
         for causal, concern in ((False, CENTRED), (True, CAUSAL))
         for b, h, t, dh, w in shapes
     ]
-    w, short, long, causal = measured
+    w, short, long, causal = two_lengths
     inputs = {**_qkv(g, 1, 2, short, 8), "window_size": w, "causal": causal, "lengths": (short, long)}
     inputs["long"] = _qkv(g, 1, 2, long, 8)
     run = f"H=2 Dh=8 W={w}{' causal' if causal else ''} run at T={short} and T={long}"
-    cases.append(Case(f"{run}, torch operations counted", inputs, concern=VECTORISED))
-    cases.append(Case(f"{run}, largest tensor measured", inputs, concern=LINEAR_MEMORY))
-    return cases
+    return cases + [Case(f"{run}, {concern}", inputs, concern=concern) for concern in measured_concerns]
 
 
 def masked_window_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    return attention_cases(g, hidden, ATTENTION_SHAPES, max_window=11, measured=(5, 16, 256, False))
+    measured = (VECTORISED, LINEAR_MEMORY)
+    return attention_cases(g, hidden, ATTENTION_SHAPES, 11, (5, 16, 256, False), measured)
 
 
 def run_attention(attention, case: Case) -> Outputs:
@@ -316,30 +359,13 @@ def run_attention(attention, case: Case) -> Outputs:
     w, causal = i["window_size"], i["causal"]
     if "lengths" in i:
         long = i["long"]
-        return _measured(
+        return measured_run(
             lambda: attention(i["queries"], i["keys"], i["values"], w, causal=causal),
             lambda: attention(long["queries"], long["keys"], long["values"], w, causal=causal),
+            "output",
         )
     return {"output": attention(i["queries"], i["keys"], i["values"], w, causal=causal)}
 
-
-def _band_masked(case: Case, out: Outputs) -> str | None:
-    """Equality with F.scaled_dot_product_attention and the band mask, as the question states."""
-    i = case.inputs
-    if "output" not in out or out["output"].shape != i["queries"].shape:
-        return None
-    t, w = i["queries"].shape[-2], i["window_size"]
-    offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
-    first, last = (-(w - 1), 0) if i["causal"] else (-(w // 2), w - 1 - w // 2)
-    visible = (offset >= first) & (offset <= last)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        i["queries"], i["keys"], i["values"], attn_mask=visible
-    )
-    gap = (out["output"] - want).abs().max().item()
-    return None if gap < 1e-4 else f"it differs from the band-masked dense attention by up to {gap:.3g}"
-
-
-EQUALS_DENSE = Property("equals scaled_dot_product_attention with the band mask", _band_masked)
 
 MASKED_WINDOW = Check(
     name="03.masked_window",
@@ -354,13 +380,8 @@ MASKED_WINDOW = Check(
     ],
     outputs={"output": "the attention output", **MEASURED_OUTPUTS},
     measured=tuple(MEASURED_OUTPUTS),
-    properties=[EQUALS_DENSE, NO_POSITION_LOOP, MEMORY_LINEAR_IN_T],
-    error_hints=[
-        ErrorHint(
-            "does not broadcast with previously seen size",
-            "an einsum's subscripts do not fit its tensors: after unfold the windows are (B, H, T, Dh, W).",
-        )
-    ],
+    properties=[NO_POSITION_LOOP, MEMORY_LINEAR_IN_T],
+    error_hints=[EINSUM_SHAPES],
     hints=[
         "Which slots of query t's window hold no token? Write the token position of each slot as a "
         "(T, W) table: it depends on t, on the slot and on how much padding comes before the query.",
@@ -418,11 +439,31 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 def run_rope_inside(targets, case: Case) -> Outputs:
     layer_class, rope_class = targets
     i = case.inputs
-    # The student's RoPE alone first: a bug of notebook 04 is named as such.
-    rotated_q, rotated_k = rope_class(i["rotation_matrix"])(i["rope_q"], i["rope_k"])
-    layer = build_layer(layer_class, i)
-    return {"rope_queries": rotated_q, "rope_keys": rotated_k, "output": layer(i["x"])}
+    outputs = {"output": build_layer(layer_class, i)(i["x"])}
+    # The student's RoPE on its own, to name a bug of notebook 04 as one. A layer may rotate without
+    # it (the class then still raises the release's stub): the layer alone is graded.
+    try:
+        outputs["rope_queries"], _ = rope_class(i["rotation_matrix"])(i["rope_q"], i["rope_k"])
+    except Exception:
+        pass
+    return outputs
 
+
+def _rope_from_04(case: Case, out: Outputs) -> str | None:
+    got = out.get("rope_queries")
+    if got is None or got.shape != case.inputs["rope_q"].shape:
+        return None
+    gap = (got - rotated_pairs(case.inputs["rope_q"], case.inputs["rotation_matrix"])).abs().max().item()
+    if gap < 1e-4:
+        return None
+    return (
+        f"your RoPE (notebook 04's question) rotates queries wrongly, by up to {gap:.3g}: fix it in notebook "
+        "04, where its check says what is wrong, and paste it here again"
+    )
+
+
+ROPE_FROM_04 = "your RoPE from notebook 04 rotates each pair by the table's angle"
+TABLE_TOO_SHORT = "a table built for window_size rows"
 
 ROPE_INSIDE = Check(
     name="03.rope_inside",
@@ -432,17 +473,20 @@ ROPE_INSIDE = Check(
     run=run_rope_inside,
     concerns=[Concern(ROPE_CORE, weight=3), Concern(ROPE_EVEN, weight=1), Concern(TABLE_KEPT, weight=1)],
     outputs={
-        "rope_queries": "the rotated queries of your RoPE (notebook 04's question)",
-        "rope_keys": "the rotated keys of your RoPE (notebook 04's question)",
         "output": "the layer's output",
+        "rope_queries": "the queries your RoPE from notebook 04 rotates",
     },
+    measured=("rope_queries",),
+    diagnostic=("RoPE",),
+    properties=[Property(ROPE_FROM_04, _rope_from_04)],
     error_hints=[
         ErrorHint(
             "must match the size of tensor",
-            "the rotation table's rows and the positions rotated do not line up. Rotate the (B, H, T, Dh) "
-            "queries and keys right after the split into heads, before padding adds W // 2 positions at "
-            "each end, with the table given to __init__: it has a row for every position of the sequence, "
-            "where a table built for window_size rows is too short once T > W.",
+            f"{TABLE_TOO_SHORT} (too short once T > W), or table rows that do not line up with the "
+            "positions rotated (rotating after padding adds W // 2 positions at each end; a RoPE that does "
+            "not slice rotation_matrix[:T] multiplies by all C rows). Rotate the (B, H, T, Dh) queries and "
+            "keys right after the split into heads, with the table given to __init__: a row for every "
+            "position of the sequence.",
         ),
         ErrorHint(
             "name 'RoPE' is not defined",
@@ -454,8 +498,9 @@ ROPE_INSIDE = Check(
         "RoPE turns each query and key by the angle of its own position in the sequence. At which step of "
         "your forward does every key still sit at its own position, before padding shifts it and before "
         "the windows regroup it?",
-        "Test it: build the layer with get_rotation_matrix(Dh, 64, 10000.0), then prepend three random "
-        "tokens to x: the outputs of the inner tokens must not change (the notebook's cell does this).",
+        "Test it as the notebook's cell does: prepending three random tokens to x must not change the "
+        "outputs of the inner tokens, and for a sequence of one token (T = 1) the layer with a table must "
+        "give what it gives without one (position 0 does not turn).",
         "queries, keys = self.rope(queries, keys) on the (B, H, T, Dh) tensors, right after the split "
         "into heads; values are not rotated.",
         "if self.rope is not None: queries, keys = self.rope(queries, keys), between chunk(3, dim=-1) "
@@ -470,7 +515,8 @@ BLOCKED_SHAPES = [(1, 2, 20, 8, 5), (2, 1, 7, 4, 9), (1, 1, 33, 4, 4), (1, 2, 1,
 
 def blocked_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = ATTENTION_SHAPES + BLOCKED_SHAPES
-    return attention_cases(g, hidden, shapes, max_window=40, measured=(9, 64, 1024, True))
+    measured = (VECTORISED, LINEAR_MEMORY, ONE_SDPA_CALL)
+    return attention_cases(g, hidden, shapes, 40, (9, 64, 1024, True), measured)
 
 
 BLOCKED = Check(
@@ -483,10 +529,11 @@ BLOCKED = Check(
         Concern(CAUSAL, weight=1),
         Concern(VECTORISED, weight=1),
         Concern(LINEAR_MEMORY, weight=1),
+        Concern(ONE_SDPA_CALL, weight=1),
     ],
     outputs={"output": "the attention output", **MEASURED_OUTPUTS},
     measured=tuple(MEASURED_OUTPUTS),
-    properties=[EQUALS_DENSE, NO_POSITION_LOOP, MEMORY_LINEAR_IN_T],
+    properties=[NO_POSITION_LOOP, MEMORY_LINEAR_IN_T, ONE_BATCHED_CALL],
     hints=[
         "Take the queries of one block, positions s to s + Q - 1. Which is the first key any of them can "
         "see, and which the last? Every block then needs the same number of keys.",

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.checks.sliding_window import ROPE_INSIDE
+from autograder.checks.sliding_window import ROPE_INSIDE, TABLE_TOO_SHORT
 from autograder.core import Mistake
 
 # ------------------------------------------------------------------ RoPE (notebook 04)
@@ -232,10 +232,9 @@ class RotatedAfterWindowing(_Layer):
         return self.out(self._context(attention, self._windows(values, T)).reshape(B, T, D))
 
 
-# The mutant's run ends in a broadcast error on every case with T > W, which the check's error
-# hint explains: the mistake is named by the hint's first sentence, as the verdict words it.
-_TABLE_HINT = next(h for h in ROPE_INSIDE.error_hints if h.fragment == "must match the size of tensor")
-TABLE_ROWS = _TABLE_HINT.advice.split(". ")[0]
+# The mutant's run ends in a broadcast error on every case with T > W, where the check's error
+# hint names it with these words.
+assert any(TABLE_TOO_SHORT in hint.advice for hint in ROPE_INSIDE.error_hints)
 
 # --------------------------------------------------------------- the mask (Question 7)
 
@@ -441,7 +440,7 @@ MISTAKES = {
     ],
     "03.rope_inside": [
         Mistake(
-            TABLE_ROWS,
+            TABLE_TOO_SHORT,
             "the layer must not build a table for window_size positions: wrap the table given to __init__ "
             "(one row per position, C >= T) in RoPE and rotate before the windows are cut.",
             (TableForTheWindow, _RoPE),
