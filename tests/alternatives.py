@@ -9,6 +9,8 @@ from .alternatives_02 import ALTERNATIVES as ALTERNATIVES_02
 from .alternatives_03 import ALTERNATIVES as ALTERNATIVES_03
 from .alternatives_04 import ALTERNATIVES as ALTERNATIVES_04
 from .alternatives_04 import RoPEReal, rotation_matrix_complex, rotation_matrix_exp
+from .alternatives_05 import ALTERNATIVES as ALTERNATIVES_05
+from .alternatives_06 import ALTERNATIVES as ALTERNATIVES_06
 from .alternatives_07 import ALTERNATIVES as ALTERNATIVES_07
 from .alternatives_07 import RMSNormOneOverSqrt
 
@@ -18,6 +20,8 @@ ALTERNATIVES = {
     **ALTERNATIVES_02,
     **ALTERNATIVES_03,
     **ALTERNATIVES_04,
+    **ALTERNATIVES_05,
+    **ALTERNATIVES_06,
     **ALTERNATIVES_07,
 }
 

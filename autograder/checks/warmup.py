@@ -358,15 +358,17 @@ def activation_check(
     concerns: tuple[Concern, Concern],
     edge: str,
     hints: list[str],
+    notebook: str = "00",
+    answer: str = "activations",
 ) -> Check:
     """The check of one activation and its derivative, which may call neither its library
     version (`library`, from library_calls) nor autograd. `concerns` are the core and one edge,
-    graded on the inputs of kind `edge`."""
+    graded on the inputs of kind `edge`; `answer` is the grade_id of the cell defining both."""
     f, df = functions
     return Check(
-        name=f"00.{name}",
+        name=f"{notebook}.{name}",
         target=functions,
-        answer="activations",
+        answer=answer,
         cases=activation_cases({edge: concerns[1].name}),
         run=run_activation,
         concerns=concerns,

@@ -1,0 +1,326 @@
+"""Checks of notebook 05, gated feed-forward networks.
+
+Key: D input features, F hidden features (d_ff). The two projections of a gated unit are the
+student's to name (W and W_g, w1 and w3, one fused Linear): a check finds them by their
+shapes, loads the case's matrices into them in both orders, and compares the pair of outputs
+sorted by their sum, which no naming or registration order changes.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from .warmup import LARGE, LARGE_Z, MODERATE_Z, activation_check
+
+Tensor = torch.Tensor
+
+# ------------------------------------------------------------------------------ GELU
+
+GELU = activation_check(
+    "gelu",
+    ("gelu", "gelu_derivative"),
+    library_calls("torch.nn.functional.gelu", "torch._C._nn.gelu", "torch._C._nn.gelu_"),  # nn.GELU too
+    (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
+    LARGE,
+    [
+        "GELU weighs z by the probability that a standard normal variable is below z. Which function "
+        "gives that probability, and which torch function computes it from erf?",
+        "Test yourself in a new cell: gelu(z) should equal torch.nn.functional.gelu(z) for "
+        "z = torch.linspace(-6, 6, 25) (torch.testing.assert_close), gelu_derivative(torch.tensor(0.0)) "
+        "should be 0.5, and both should be finite at z = -1000 and 1000.",
+        "gelu(z) = z Phi(z) with Phi(z) = (1 + erf(z / sqrt(2))) / 2; by the product rule "
+        "gelu'(z) = Phi(z) + z phi(z), where phi(z) = exp(-z^2 / 2) / sqrt(2 pi) is the normal density.",
+        "Phi = 0.5 * (1 + torch.erf(z / math.sqrt(2))); "
+        "phi = torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi); return z * Phi and Phi + z * phi. "
+        "Not the tanh approximation: this question asks for the exact GELU.",
+    ],
+    notebook="05",
+    answer="gelu",
+)
+
+# ----------------------------------------------------------------- finding the projections
+
+
+def gated_projections(module: nn.Module, d_in: int, d_hidden: int) -> tuple[list[nn.Parameter], list[str]]:
+    """The module's two (d_hidden, d_in) matrices, or its one fused (2 d_hidden, d_in) matrix, and
+    the names of its other parameters. Raises a message naming the parameters when neither fits."""
+    named = list(module.named_parameters())
+    pair = [p for _, p in named if tuple(p.shape) == (d_hidden, d_in)]
+    fused = [p for _, p in named if tuple(p.shape) == (2 * d_hidden, d_in)]
+    if len(pair) == 2 and not fused:
+        found = pair
+    elif len(fused) == 1 and not pair:
+        found = fused
+    else:
+        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in named) or "none"
+        raise ValueError(
+            f"expected two weight matrices of shape ({d_hidden}, {d_in}), as two nn.Linear({d_in}, "
+            f"{d_hidden}, bias=False) hold (or one fused ({2 * d_hidden}, {d_in})); your module's "
+            f"parameters: {listing}"
+        )
+    others = [name for name, p in named if not any(p is q for q in found)]
+    return found, others
+
+
+def load_pair(projections: list[nn.Parameter], first: Tensor, second: Tensor) -> None:
+    """`first` into the first projection and `second` into the second (or both into a fused one)."""
+    with torch.no_grad():
+        if len(projections) == 1:
+            projections[0].copy_(torch.cat([first, second]))
+        else:
+            projections[0].copy_(first)
+            projections[1].copy_(second)
+
+
+def both_orders(run: Callable[[], Tensor], projections, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """run() with (a, b) loaded and with (b, a) loaded, sorted by the sum of the output."""
+    outputs = []
+    for first, second in ((a, b), (b, a)):
+        load_pair(projections, first, second)
+        outputs.append(run())
+    return tuple(sorted(outputs, key=_sum_or_inf))
+
+
+def _sum_or_inf(output) -> float:
+    try:
+        total = float(output.detach().double().sum())
+    except Exception:  # not a tensor: the comparison names it
+        return float("inf")
+    return total if total == total else float("inf")  # NaN last
+
+
+def zero_parameters(module: nn.Module, names: list[str]) -> None:
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if name in names:
+                parameter.zero_()
+
+
+# ----------------------------------------------------------------------------- SiGLU
+
+SIGLU_CORE = "(W x) * sigmoid(W_g x)"
+BIAS_FREE = "no bias terms, as the question asks"
+SIGLU_SHAPES = [((2, 3), 8, 6), ((5,), 4, 7), ((1, 4), 16, 12)]  # (batch dimensions, in, out)
+
+
+def _siglu_inputs(g: torch.Generator, batch: tuple[int, ...], d_in: int, d_out: int) -> dict:
+    scale = d_in**-0.5  # pre-activations of size ~1: the sigmoid neither saturates nor stays linear
+    return {
+        "x": torch.randn(*batch, d_in, generator=g),
+        "w": torch.randn(d_out, d_in, generator=g) * 2 * scale,
+        "w_gate": torch.randn(d_out, d_in, generator=g) * 2 * scale,
+    }
+
+
+def siglu_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(SIGLU_SHAPES)
+    if hidden:
+        for _ in range(2):
+            d_in = int(torch.randint(2, 24, (), generator=g))
+            d_out = d_in + int(torch.randint(1, 12, (), generator=g))  # never square: in and out stay apart
+            shapes.append(((int(torch.randint(1, 4, (), generator=g)), 3), d_in, d_out))
+    cases = [
+        Case(f"x of shape {(*batch, d_in)}, SiGLU({d_in}, {d_out})", _siglu_inputs(g, batch, d_in, d_out))
+        for batch, d_in, d_out in shapes
+    ]
+    bias = Case(
+        "x of shape (3, 8), SiGLU(8, 5): its parameters", _siglu_inputs(g, (3,), 8, 5), concern=BIAS_FREE
+    )
+    return [*cases, bias]
+
+
+def run_siglu(siglu_class, case: Case) -> Outputs:
+    x, w, w_gate = (case.inputs[k] for k in ("x", "w", "w_gate"))
+    layer = siglu_class(w.shape[1], w.shape[0])
+    projections, others = gated_projections(layer, w.shape[1], w.shape[0])
+    zero_parameters(layer, others)  # a bias costs the bias concern only
+    y, y_swapped = both_orders(lambda: layer(x), projections, w, w_gate)
+    if case.concern == BIAS_FREE:  # compared with the reference's 0, so that a bias is named as a mistake
+        return {"y": y, "y_swapped": y_swapped, "other parameters": torch.tensor(len(others))}
+    return {"y": y, "y_swapped": y_swapped}
+
+
+def _no_bias(case: Case, out: Outputs) -> str | None:
+    extra = int(out["other parameters"])
+    if extra == 0:
+        return None
+    return (
+        f"besides its two weight matrices the layer holds {extra} more parameter tensor(s) (biases?): "
+        "the question asks for two nn.Linear(in_features, out_features, bias=False) and nothing else"
+    )
+
+
+SHAPE_MISMATCH = ErrorHint(
+    "shapes cannot be multiplied",
+    "each linear maps in_features to out_features: nn.Linear(in_features, out_features, bias=False); "
+    "its weight has shape (out_features, in_features), so call W(x), or x @ W.weight.T.",
+)
+
+SIGLU = Check(
+    name="05.siglu",
+    target="SiGLU",
+    cases=siglu_cases,
+    run=run_siglu,
+    concerns=[Concern(SIGLU_CORE, weight=3), Concern(BIAS_FREE, weight=1)],
+    outputs={
+        "y": "SiGLU(x) with the case's two matrices loaded",
+        "y_swapped": "SiGLU(x) with the case's two matrices loaded the other way round",
+        "other parameters": "the number of parameters besides the two matrices",
+    },
+    properties=[Property("bias-free", _no_bias, concern=BIAS_FREE)],
+    error_hints=[SHAPE_MISMATCH],
+    hints=[
+        "Two projections of the same x, of the same shape: one is passed through a sigmoid and multiplies "
+        "the other, element by element. Which one is the gate?",
+        "Test it in a new cell: with layer = SiGLU(8, 6) and x = torch.randn(2, 8), layer(x) should have "
+        "shape (2, 6) and equal W(x) * torch.sigmoid(W_g(x)) computed by hand with your two linears.",
+        "In __init__, two nn.Linear(in_features, out_features, bias=False); in forward, "
+        "self.W(x) * torch.sigmoid(self.W_g(x)).",
+        "The names are yours: the check finds the two matrices by their shape, (out_features, in_features), "
+        "and accepts either as the gate. A bias costs a quarter of the points.",
+    ],
+)
+
+# ------------------------------------------------------------------------- GLU variants
+
+# Shazeer (2020), "GLU Variants Improve Transformer", in the paper's notation: x W and x V with
+# W, V of shape (D, F), the activation on x W.
+VARIANTS: dict[str, Callable[[Tensor], Tensor]] = {
+    "glu": torch.sigmoid,
+    "bilinear": lambda z: z,
+    "reglu": torch.relu,
+    "geglu": F.gelu,
+    "swiglu": F.silu,
+}
+VARIANT_CONCERNS = {
+    "glu": "glu: sigmoid(x W) * (x V)",
+    "bilinear": "bilinear: (x W) * (x V)",
+    "reglu": "reglu: relu(x W) * (x V)",
+    "geglu": "geglu: gelu(x W) * (x V), the exact GELU",
+    "swiglu": "swiglu: silu(x W) * (x V)",
+}
+
+
+def variant_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = []
+    for round_ in range(2 if hidden else 1):
+        for variant in VARIANTS:
+            d, f = (6, 10) if round_ == 0 else (int(torch.randint(2, 16, (), generator=g)), 7)
+            inputs = {
+                "x": torch.randn(2, 3, d, generator=g),
+                "w": torch.randn(d, f, generator=g) * 1.5 * d**-0.5,
+                "v": torch.randn(d, f, generator=g) * d**-0.5,
+                "variant": variant,
+            }
+            name = f"variant '{variant}', x of shape (2, 3, {d}), W and V of shape ({d}, {f})"
+            cases.append(Case(name, inputs, concern=VARIANT_CONCERNS[variant]))
+    return cases
+
+
+def run_variant(glu_variant, case: Case) -> Outputs:
+    inputs = case.inputs
+    return {"y": glu_variant(inputs["x"], inputs["w"], inputs["v"], inputs["variant"])}
+
+
+GLU_VARIANTS = Check(
+    name="05.glu_variants",
+    target="glu_variant",
+    cases=variant_cases,
+    run=run_variant,
+    concerns=[Concern(name) for name in VARIANT_CONCERNS.values()],
+    outputs={"y": "glu_variant(x, W, V, variant)"},
+    error_hints=[
+        ErrorHint(
+            "KeyError", "look the variant up by its name: 'glu', 'bilinear', 'reglu', 'geglu' or 'swiglu'."
+        ),
+        ErrorHint("shapes cannot be multiplied", "W and V are (D, F): x @ W, not W @ x nor x @ W.T."),
+    ],
+    hints=[
+        "All five share one pattern: two projections of x, one of them passed through an activation, "
+        "multiplied element by element. Only the activation changes; bilinear has none.",
+        "Test it in a new cell: for variant 'glu', glu_variant(x, W, V, 'glu') should equal "
+        "torch.sigmoid(x @ W) * (x @ V); compare 'swiglu' with torch.nn.functional.silu(x @ W) * (x @ V).",
+        "A dict from name to activation: torch.sigmoid, the identity, torch.relu, the exact GELU "
+        "(torch.nn.functional.gelu, or your gelu), torch.nn.functional.silu.",
+        "return activations[variant](x @ w) * (x @ v): the activation goes on x W, as in the paper.",
+    ],
+    hidden_points=1.0,
+)
+
+# ---------------------------------------------------------------------- parameter counts
+
+FFN_COUNT = "ffn_parameters(hidden_size, d_ff, gated)"
+LLAMA_DIM = "llama_hidden_dim(hidden_size, multiple_of)"
+COUNT_CASES = [(512, 2048, False), (512, 2048, True), (12, 32, True), (4096, 11008, True), (768, 3072, False)]
+# 7: 8 * 7 / 3 = 18.67, which int() rounds down, round() and ceil() up; 5: 13.33, which ceil() rounds up.
+LLAMA_CASES = [(4096, 256), (5120, 256), (512, 64), (12, 1), (7, 1), (5, 1)]
+
+
+def count_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    counts, dims = list(COUNT_CASES), list(LLAMA_CASES)
+    if hidden:
+        for _ in range(3):
+            d = int(torch.randint(8, 9000, (), generator=g))
+            counts.append(
+                (d, int(torch.randint(8, 30000, (), generator=g)), bool(torch.rand((), generator=g) < 0.5))
+            )
+            dims.append((d, int(2 ** torch.randint(0, 9, (), generator=g))))
+    cases = [
+        Case(f"ffn_parameters({d}, {f}, gated={gated})", {"function": "ffn", "args": (d, f, gated)})
+        for d, f, gated in counts
+    ]
+    cases += [
+        Case(
+            f"llama_hidden_dim({d}, multiple_of={m})",
+            {"function": "llama", "args": (d, m)},
+            concern=LLAMA_DIM,
+        )
+        for d, m in dims
+    ]
+    return cases
+
+
+def run_count(functions, case: Case) -> Outputs:
+    ffn_parameters, llama_hidden_dim = functions
+    function = ffn_parameters if case.inputs["function"] == "ffn" else llama_hidden_dim
+    value = function(*case.inputs["args"])
+    if isinstance(value, Tensor):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 3.0 is a count; 3.5 is not, and is compared as a float
+    return {"count": torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float64)}
+
+
+def _whole_number(case: Case, out: Outputs) -> str | None:
+    count = out["count"]
+    if not count.is_floating_point():
+        return None
+    return f"returned {count.item():.10g}, which is not a whole number: a count is an int (use // to divide)"
+
+
+PARAMETER_COUNT = Check(
+    name="05.parameter_count",
+    target=("ffn_parameters", "llama_hidden_dim"),
+    answer="parameter_count",
+    cases=count_cases,
+    run=run_count,
+    concerns=[Concern(FFN_COUNT), Concern(LLAMA_DIM)],
+    outputs={"count": "the number returned"},
+    properties=[Property("a whole number", _whole_number)],
+    hints=[
+        "Count the entries of each weight matrix: a bias-free nn.Linear(a, b) holds a * b numbers. How many "
+        "such matrices does a ReLU MLP have, and how many a gated one?",
+        "Test yourself: sum(p.numel() for p in module.parameters()) of a module you build gives the count "
+        "for any sizes. For Llama 7B, llama_hidden_dim(4096, 256) is 11008.",
+        "ffn_parameters: 2 * D * d_ff without a gate, 3 * D * d_ff with one. llama_hidden_dim: start from "
+        "4 D, take two thirds of it as an integer, then round UP to a multiple of multiple_of.",
+        "hidden = int(2 * 4 * hidden_size / 3); "
+        "return multiple_of * ((hidden + multiple_of - 1) // multiple_of).",
+    ],
+    hidden_points=1.0,
+)
+
+CHECKS = [GELU, SIGLU, GLU_VARIANTS, PARAMETER_COUNT]

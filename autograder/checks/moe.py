@@ -1,0 +1,468 @@
+"""Checks of notebook 06, mixture of experts.
+
+Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per token, N = B * T
+tokens. The routing check treats experts as black boxes: it puts trusted, parameter-free experts
+in place of the student's and loads the case's gate weights, so a bug in the expert costs
+06.feed_forward's points only and the routing is judged on its own.
+"""
+
+import torch
+import torch.nn as nn
+
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from .gated_ffn import both_orders, gated_projections, zero_parameters
+
+Tensor = torch.Tensor
+
+# ------------------------------------------------------------------------- FeedForward
+
+EXPERT_CORE = "w2(silu(w1 x) * w3 x)"
+NO_BIAS = "bias-free linears, as in Mistral and Llama"
+EXPERT_SHAPES = [((2, 3), 8, 12), ((5,), 6, 16), ((1, 4), 16, 24)]  # (batch dimensions, D, F)
+
+
+def _expert_inputs(g: torch.Generator, batch: tuple[int, ...], d: int, f: int) -> dict:
+    return {
+        "x": torch.randn(*batch, d, generator=g),
+        "w1": torch.randn(f, d, generator=g) * 2 * d**-0.5,
+        "w3": torch.randn(f, d, generator=g) * d**-0.5,
+        "w2": torch.randn(d, f, generator=g) * f**-0.5,
+    }
+
+
+def expert_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(EXPERT_SHAPES)
+    if hidden:
+        for _ in range(2):
+            d = int(torch.randint(2, 20, (), generator=g))
+            shapes.append(
+                (
+                    (2, int(torch.randint(1, 6, (), generator=g))),
+                    d,
+                    d + int(torch.randint(1, 20, (), generator=g)),
+                )
+            )
+    cases = [
+        Case(f"x of shape {(*batch, d)}, FeedForward({d}, {f})", _expert_inputs(g, batch, d, f))
+        for batch, d, f in shapes
+    ]
+    bias = Case(
+        "x of shape (3, 8), FeedForward(8, 12): its parameters",
+        _expert_inputs(g, (3,), 8, 12),
+        concern=NO_BIAS,
+    )
+    return [*cases, bias]
+
+
+def run_expert(feed_forward_class, case: Case) -> Outputs:
+    """The student's FeedForward with the case's matrices: w2 found by its shape (D, F), w1 and w3
+    loaded both ways round (either may be the gated one, whatever their names)."""
+    x, w1, w3, w2 = (case.inputs[k] for k in ("x", "w1", "w3", "w2"))
+    d, f = w1.shape[1], w1.shape[0]
+    module = feed_forward_class(d, f)
+    projections, others = gated_projections(module, d, f)
+    parameters = dict(module.named_parameters())
+    down = [name for name in others if tuple(parameters[name].shape) == (d, f)]
+    if len(down) != 1:
+        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in parameters.items())
+        raise ValueError(
+            f"expected one weight matrix of shape ({d}, {f}) for w2; your module's parameters: {listing}"
+        )
+    with torch.no_grad():
+        parameters[down[0]].copy_(w2)
+    biases = [name for name in others if name != down[0]]
+    zero_parameters(module, biases)  # a bias is advice only here
+    y, y_swapped = both_orders(lambda: module(x), projections, w1, w3)
+    if case.concern == NO_BIAS:  # compared with the reference's 0, so that a bias is named as a mistake
+        return {"y": y, "y_swapped": y_swapped, "other parameters": torch.tensor(len(biases))}
+    return {"y": y, "y_swapped": y_swapped}
+
+
+def _expert_no_bias(case: Case, out: Outputs) -> str | None:
+    extra = int(out["other parameters"])
+    if extra == 0:
+        return None
+    return (
+        f"besides w1, w2 and w3 your expert holds {extra} more parameter tensor(s), biases presumably; "
+        "Mistral's and Llama's experts have none (bias=False)"
+    )
+
+
+GARBLED = ErrorHint(
+    "your module's parameters",
+    "the course's expert is w2(silu(w1(x)) * w3(x)): three bias-free nn.Linear layers, w1 and w3 from "
+    "hidden_size to d_ff and w2 from d_ff back to hidden_size, and nothing else inside (no SiGLU module: "
+    "the homework's formula W3 . SiGLU(W1(x) . W2(x)) is garbled, see the notebook).",
+)
+
+FEED_FORWARD = Check(
+    name="06.feed_forward",
+    target="FeedForward",
+    cases=expert_cases,
+    run=run_expert,
+    concerns=[Concern(EXPERT_CORE), Concern(NO_BIAS, weight=0)],
+    outputs={
+        "y": "FeedForward(x) with the case's w1, w2, w3 loaded",
+        "y_swapped": "FeedForward(x) with the case's w1 and w3 swapped",
+        "other parameters": "the number of parameters besides w1, w2 and w3",
+    },
+    properties=[Property("bias-free", _expert_no_bias, concern=NO_BIAS)],
+    error_hints=[
+        GARBLED,
+        ErrorHint(
+            "shapes cannot be multiplied",
+            "w1 and w3 map hidden_size to d_ff, w2 maps d_ff back to hidden_size.",
+        ),
+    ],
+    hints=[
+        "Three projections: two from D up to d_ff, one back down. Which of the two up-projections goes "
+        "through the activation, and what happens to the other one?",
+        "Test it in a new cell: with ff = FeedForward(8, 12) and x = torch.randn(2, 3, 8), ff(x) should have "
+        "shape (2, 3, 8) and equal ff.w2(F.silu(ff.w1(x)) * ff.w3(x)).",
+        "It is the SwiGLU network of notebook 05 with Llama's names: the activation is SiLU (not the "
+        "sigmoid), applied to w1(x) alone, then multiplied by w3(x), then w2.",
+        "self.w1 = nn.Linear(hidden_size, d_ff, bias=False), the same for w3, self.w2 = nn.Linear(d_ff, "
+        "hidden_size, bias=False); forward returns self.w2(F.silu(self.w1(x)) * self.w3(x)).",
+    ],
+    hidden_points=1.0,
+)
+
+# ---------------------------------------------------------------------- MoeLayer.__init__
+
+INIT_CORE = "a gate Linear(hidden_size, num_experts) and num_experts experts from hidden_size to hidden_size"
+REGISTERED = "experts registered with the layer (nn.ModuleList)"
+INIT_SHAPES = [(8, 12, 4, 2), (6, 10, 3, 1)]  # D, F, E, K
+PROBE_ROWS = 3
+
+
+def init_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(INIT_SHAPES)
+    if hidden:
+        d, e = int(torch.randint(2, 16, (), generator=g)), int(torch.randint(2, 9, (), generator=g))
+        shapes.append((d, d + 4, e, int(torch.randint(1, e + 1, (), generator=g))))
+    cases = []
+    for d, f, e, k in shapes:
+        inputs = {"args": (d, f, e, k), "x": torch.randn(PROBE_ROWS, d, generator=g)}
+        name = f"MoeLayer({d}, {f}, {e}, {k})"
+        cases.append(Case(name, {**inputs, "part": "shapes"}))
+        cases.append(Case(f"{name}: its parameters", {**inputs, "part": "registration"}, concern=REGISTERED))
+    return cases
+
+
+def run_init(moe_class, case: Case) -> Outputs:
+    d, f, e, k = case.inputs["args"]
+    moe = moe_class(d, f, e, k)
+    if case.inputs["part"] == "registration":
+        experts = list(moe.experts)
+        inside = {id(p) for expert in experts for p in expert.parameters()}
+        registered = {id(p) for p in moe.parameters()}
+        return {"expert parameters not registered": torch.tensor(len(inside - registered))}
+    x = case.inputs["x"]
+    for i, expert in enumerate(moe.experts):
+        try:
+            y = expert(x)
+        except Exception as error:
+            raise ValueError(
+                f"expert {i} fails on a ({PROBE_ROWS}, {d}) input, {PROBE_ROWS} tokens of hidden_size={d} "
+                f"features: {error}. Each expert must map hidden_size features to hidden_size, as "
+                "FeedForward(hidden_size, d_ff) does"
+            ) from None
+        if not isinstance(y, Tensor) or tuple(y.shape) != (PROBE_ROWS, d):
+            shape = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise ValueError(
+                f"expert {i} maps a ({PROBE_ROWS}, {d}) input to {shape}: each expert must map "
+                f"hidden_size={d} features to hidden_size, as FeedForward(hidden_size, d_ff) does"
+            )
+    return {
+        "gate output shape": torch.tensor(tuple(moe.gate(x).shape)),
+        "number of experts": torch.tensor(len(moe.experts)),
+    }
+
+
+def _registered(case: Case, out: Outputs) -> str | None:
+    missing = int(out["expert parameters not registered"])
+    if missing == 0:
+        return None
+    return (
+        f"{missing} parameter tensor(s) of the experts are not registered with the layer: the experts are "
+        "kept in a plain Python list, which nn.Module does not look into. The forward pass works, but "
+        "moe.parameters() misses them (an optimizer never trains them), moe.state_dict() does not save them "
+        "and moe.to(device) does not move them. Wrap the list: nn.ModuleList([...])"
+    )
+
+
+MOE_INIT = Check(
+    name="06.moe_init",
+    target="MoeLayer",
+    answer="moe_layer",
+    cases=init_cases,
+    run=run_init,
+    concerns=[Concern(INIT_CORE, weight=2), Concern(REGISTERED, weight=1)],
+    outputs={
+        "gate output shape": f"the shape of gate(x) for x of shape ({PROBE_ROWS}, hidden_size)",
+        "number of experts": "len(self.experts)",
+        "expert parameters not registered": "the number of the experts' parameters the layer does not hold",
+    },
+    measured=("expert parameters not registered",),
+    properties=[Property("experts registered", _registered, concern=REGISTERED)],
+    error_hints=[
+        ErrorHint(
+            "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
+        ),
+        ErrorHint("has no attribute 'experts'", "keep the experts in self.experts, as the question asks."),
+    ],
+    hints=[
+        "The gate gives one score per expert for each token; each expert is a whole feed-forward network "
+        "from hidden_size to hidden_size. What are the gate's input and output sizes?",
+        "Test it in a new cell: moe = MoeLayer(8, 12, 4, 2); moe.gate(torch.randn(3, 8)) should have shape "
+        "(3, 4), len(moe.experts) should be 4, and sum(p.numel() for p in moe.parameters()) should count the "
+        "experts' weights too.",
+        "self.gate = nn.Linear(hidden_size, num_experts, bias=False) (a bias is your choice); self.experts = "
+        "nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)]).",
+        "A plain Python list of modules works in forward, but nn.Module registers only attributes that are "
+        "modules: nn.ModuleList is a module that holds a list of them.",
+    ],
+    hidden_points=1.0,
+)
+
+# ------------------------------------------------------------------- MoeLayer.forward
+
+ROUTING = "top-k of the gate's logits, softmax over the k, weighted sum of the experts"
+GRADIENT = "gradients reach the gate"
+ROUTING_SHAPES = [
+    (2, 5, 8, 4, 2),
+    (1, 7, 6, 8, 2),
+    (2, 4, 8, 4, 1),
+    (1, 6, 8, 3, 3),
+    (1, 4, 8, 1, 1),
+]  # B T D E K
+
+
+class BlackBoxExpert(nn.Module):
+    """A trusted stand-in for a student's expert: tanh(x A + b), no parameters, any (..., D) input."""
+
+    def __init__(self, a: Tensor, b: Tensor):
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(x @ self.a + self.b)
+
+
+def _routing_inputs(g: torch.Generator, b: int, t: int, d: int, e: int, k: int) -> dict:
+    return {
+        "args": (d, d + 4, e, k),
+        "x": torch.randn(b, t, d, generator=g),
+        "gate": torch.randn(e, d, generator=g) * 1.5 * d**-0.5,
+        "experts": [
+            (torch.randn(d, d, generator=g) * d**-0.5, torch.randn(d, generator=g) * 0.5) for _ in range(e)
+        ],
+    }
+
+
+def _routing_name(b: int, t: int, d: int, e: int, k: int) -> str:
+    one = ": one expert, weight 1" if e == k == 1 else (": every expert" if e == k else "")
+    return f"x of shape ({b}, {t}, {d}), E = {e} experts, top K = {k}{one}"
+
+
+def routing_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(ROUTING_SHAPES)
+    gradient_shapes = [(2, 5, 8, 4, 2)]
+    if hidden:
+        for _ in range(3):
+            d, e = int(torch.randint(2, 12, (), generator=g)), int(torch.randint(2, 10, (), generator=g))
+            b, t = int(torch.randint(1, 4, (), generator=g)), int(torch.randint(1, 12, (), generator=g))
+            shapes.append((b, t, d, e, int(torch.randint(1, e + 1, (), generator=g))))
+        gradient_shapes.append((1, 9, 6, 5, 2))
+    cases = [Case(_routing_name(*shape), _routing_inputs(g, *shape)) for shape in shapes]
+    for shape in gradient_shapes:
+        inputs = _routing_inputs(g, *shape)
+        inputs["probe"] = torch.randn(shape[:3], generator=g)  # d(sum(probe * out)) / d(gate weight)
+        cases.append(Case(f"{_routing_name(*shape)}: the gate's gradient", inputs, concern=GRADIENT))
+    return cases
+
+
+def install_black_boxes(moe, inputs: dict) -> None:
+    """The case's gate weights into moe.gate (a bias is zeroed) and black-box experts in place of
+    moe.experts, kept in the student's kind of container."""
+    d, _, e, _ = inputs["args"]
+    gate = moe.gate
+    weight = getattr(gate, "weight", None)
+    if not isinstance(weight, Tensor) or tuple(weight.shape) != (e, d):
+        shape = tuple(weight.shape) if isinstance(weight, Tensor) else "no weight"
+        raise ValueError(
+            f"self.gate should be nn.Linear(hidden_size, num_experts), whose weight has shape ({e}, {d}); "
+            f"yours has {shape}"
+        )
+    with torch.no_grad():
+        weight.copy_(inputs["gate"])
+        if isinstance(getattr(gate, "bias", None), Tensor):
+            gate.bias.zero_()
+    experts = [BlackBoxExpert(a, b) for a, b in inputs["experts"]]
+    moe.experts = nn.ModuleList(experts) if isinstance(moe.experts, nn.Module) else experts
+
+
+def run_routing(moe_class, case: Case) -> Outputs:
+    moe = moe_class(*case.inputs["args"])
+    install_black_boxes(moe, case.inputs)
+    out = moe(case.inputs["x"])
+    if "probe" not in case.inputs:
+        return {"output": out}
+    (out * case.inputs["probe"]).sum().backward()
+    if moe.gate.weight.grad is None:
+        raise ValueError(
+            "no gradient reached the gate's weight: the routing weights must come from the gate's output "
+            "through torch operations, without .detach(), .item(), .data or torch.no_grad()"
+        )
+    return {"gate gradient": moe.gate.weight.grad}
+
+
+MOE_ROUTING = Check(
+    name="06.moe_routing",
+    target="MoeLayer",
+    answer="moe_layer",
+    cases=routing_cases,
+    run=run_routing,
+    concerns=[Concern(ROUTING, weight=3), Concern(GRADIENT, weight=1)],
+    outputs={
+        "output": "the layer's output (the check's own experts in place of yours)",
+        "gate gradient": "the gradient of the gate's weight",
+    },
+    error_hints=[
+        ErrorHint(
+            "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
+        ),
+        ErrorHint(
+            "does not require grad",
+            "the routing weights must stay differentiable functions of the gate's output: no .detach() or "
+            "torch.no_grad() around them.",
+        ),
+        ErrorHint(
+            "shape mismatch",
+            "weights[batch_idx, token_idx, topk_idx, None] has shape (n, 1) and multiplies the expert's "
+            "output for those n tokens, (n, D).",
+        ),
+    ],
+    hints=[
+        "For each token: the gate's K largest logits pick the experts, a softmax over those K logits (not "
+        "over all E) gives their weights, and the output is the weighted sum of the K experts' outputs.",
+        "Test it in a new cell with every expert replaced by something you can compute by hand, e.g. "
+        "moe.experts = nn.ModuleList([nn.Identity()] * E): the output must then equal x, since the weights "
+        "of each token sum to 1. Then compare with a slow loop over tokens.",
+        "values, selected = torch.topk(self.gate(x), k); weights = F.softmax(values, dim=-1); start from "
+        "out = torch.zeros_like(x) and, per expert, ADD the weighted outputs of the tokens routed to it.",
+        "for i, expert in enumerate(self.experts): batch_idx, token_idx, topk_idx = "
+        "torch.where(selected == i); out[batch_idx, token_idx] += "
+        "weights[batch_idx, token_idx, topk_idx, None] * expert(x[batch_idx, token_idx])",
+    ],
+    hidden_points=2.0,
+)
+
+# ------------------------------------------------------------------- load balancing
+
+BALANCE = "E * sum_i f_i P_i"
+DIFFERENTIABLE = "differentiable in the router's logits"
+BALANCE_SHAPES = [(2, 6, 4, 2), (1, 10, 8, 2), (3, 5, 3, 1)]  # B, T, E, K
+
+
+def _balance_inputs(logits: Tensor, k: int) -> dict:
+    return {"router_logits": logits, "selected_experts": torch.topk(logits, k).indices}
+
+
+def balance_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(BALANCE_SHAPES)
+    if hidden:
+        for _ in range(2):
+            e = int(torch.randint(2, 12, (), generator=g))
+            shapes.append(
+                (
+                    int(torch.randint(1, 4, (), generator=g)),
+                    int(torch.randint(1, 20, (), generator=g)),
+                    e,
+                    int(torch.randint(1, e + 1, (), generator=g)),
+                )
+            )
+    cases = [
+        Case(
+            f"router logits of shape ({b}, {t}, {e}), top {k}",
+            _balance_inputs(torch.randn(b, t, e, generator=g) * 2, k),
+        )
+        for b, t, e, k in shapes
+    ]
+    uniform = torch.zeros(2, 4, 4)
+    selected = torch.arange(16).reshape(2, 4, 2) % 4  # each expert picked equally often
+    cases.append(
+        Case(
+            "a uniform router: all logits 0, (2, 4, 4), top 2",
+            {"router_logits": uniform, "selected_experts": selected, "uniform": True},
+        )
+    )
+    collapsed = torch.randn(12, 4, generator=g)
+    collapsed[:, 0] += 8.0  # every token prefers expert 0
+    cases.append(
+        Case(
+            "a collapsed router: every token prefers expert 0, (12, 4), top 1", _balance_inputs(collapsed, 1)
+        )
+    )
+    for b, t, e, k in shapes[:1]:
+        inputs = _balance_inputs(torch.randn(b, t, e, generator=g) * 2, k)
+        cases.append(
+            Case(
+                f"router logits of shape ({b}, {t}, {e}), top {k}: the gradient",
+                {**inputs, "gradient": True},
+                concern=DIFFERENTIABLE,
+            )
+        )
+    return cases
+
+
+def run_balance(load_balancing_loss, case: Case) -> Outputs:
+    logits = case.inputs["router_logits"].clone().requires_grad_(bool(case.inputs.get("gradient")))
+    loss = torch.as_tensor(load_balancing_loss(logits, case.inputs["selected_experts"]))
+    if not case.inputs.get("gradient"):
+        return {"loss": loss}
+    (gradient,) = torch.autograd.grad(loss, logits)
+    return {"gradient": gradient}
+
+
+def _uniform_is_one(case: Case, out: Outputs) -> str | None:
+    if not case.inputs.get("uniform") or "loss" not in out:
+        return None
+    loss = float(out["loss"])
+    return (
+        None
+        if abs(loss - 1.0) < 1e-5
+        else f"a uniform router should give exactly 1 (its minimum), got {loss:.6g}"
+    )
+
+
+LOAD_BALANCING = Check(
+    name="06.load_balancing",
+    target="load_balancing_loss",
+    cases=balance_cases,
+    run=run_balance,
+    concerns=[Concern(BALANCE, weight=3), Concern(DIFFERENTIABLE, weight=1)],
+    outputs={"loss": "the loss", "gradient": "the gradient of the loss with respect to router_logits"},
+    properties=[Property("1 for a uniform router", _uniform_is_one)],
+    error_hints=[
+        ErrorHint(
+            "does not require grad",
+            "the loss must stay a differentiable function of router_logits: compute P with torch.softmax on "
+            "the logits, without .detach(), .item(), numpy or torch.no_grad().",
+        ),
+    ],
+    hints=[
+        "Two vectors of E numbers: f, the share of the token-to-expert assignments each expert received "
+        "(counted from selected_experts), and P, the mean router probability of each expert (a softmax over "
+        "all E logits, averaged over tokens). The loss is E times their dot product.",
+        "Test yourself: all logits equal must give 1 whatever the selection; every token on one expert with "
+        "probability near 1 and K = 1 must give about E.",
+        "f counts assignments, K per token, so it sums to 1 over the experts when divided by N * K; P is "
+        "softmax(router_logits, dim=-1) averaged over every dimension but the last.",
+        "E = router_logits.shape[-1]; counts = F.one_hot(selected_experts.flatten(), E).float().mean(0); "
+        "probs = router_logits.softmax(-1).reshape(-1, E).mean(0); return E * (counts * probs).sum()",
+    ],
+    hidden_points=1.0,
+)
+
+CHECKS = [FEED_FORWARD, MOE_INIT, MOE_ROUTING, LOAD_BALANCING]
