@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 Tensor = torch.Tensor
@@ -292,10 +293,12 @@ class CallWatch(TorchFunctionMode):
 
 class OperationCount(TorchFunctionMode):
     """Counts the torch functions called from Python while active, the calls of chosen ones, and
-    the largest tensor any of them returned (in elements): how a check sees a loop over
+    the largest tensor any of them took or returned (in elements): how a check sees a loop over
     positions, a T x T matrix, or how many times the code calls a given kernel.
 
-    Like `CallWatch`, it sees the calls of the code under test, not the ones inside torch.
+    Like `CallWatch`, it sees the calls of the code under test, not the ones inside torch. The
+    arguments are sized too: a tensor made without a torch function (by torch.from_numpy, which
+    a mode does not see) is seen where it is passed to one.
     """
 
     def __init__(self, chosen: Iterable[Callable] = ()):
@@ -306,12 +309,13 @@ class OperationCount(TorchFunctionMode):
         self.largest = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         self.calls += 1
         self.chosen_calls += getattr(func, "overloadpacket", func) in self.chosen
-        result = func(*args, **(kwargs or {}))
-        for tensor in result if isinstance(result, tuple | list) else (result,):
-            if isinstance(tensor, Tensor):
-                self.largest = max(self.largest, tensor.numel())
+        result = func(*args, **kwargs)
+        for leaf in pytree.tree_leaves((args, kwargs, result)):
+            if isinstance(leaf, Tensor):
+                self.largest = max(self.largest, leaf.numel())
         return result
 
 
@@ -335,10 +339,11 @@ def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
 
 
 def _fresh_copy(case: Case) -> Case:
-    """A copy of the inputs, so that code editing them in place cannot change the next run.
+    """A copy of the inputs, tensors inside lists and dicts too (a layer's weights), so that code
+    editing them in place cannot change the next run.
 
     Without `judge_only`: what stage 2 sees in a notebook is what it sees when graded."""
-    inputs = {k: v.clone() if isinstance(v, Tensor) else v for k, v in case.inputs.items()}
+    inputs = pytree.tree_map(lambda v: v.clone() if isinstance(v, Tensor) else v, case.inputs)
     return Case(case.name, inputs, concern=case.concern)
 
 

@@ -6,18 +6,34 @@ Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window s
 """
 
 import json
+import re
 from functools import cache
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder import evaluate, reference
+from autograder import CHECKS, evaluate, reference
+from autograder.api import live_expectations, make_cases
 from autograder.cells import grade_id
-from autograder.checks.sliding_window import EVEN, LINEAR_MEMORY, ODD, ONE_SDPA_CALL, TABLE_KEPT, VECTORISED
-from autograder.core import TOLERANCES
+from autograder.checks.sliding_window import (
+    EVEN,
+    LINEAR_MEMORY,
+    MEASURED_OUTPUTS,
+    NOT_A_NUMBER,
+    ODD,
+    ONE_SDPA_CALL,
+    OPS_LONG,
+    OPS_SHORT,
+    REFERENCE_OPS,
+    TABLE_KEPT,
+    VECTORISED,
+    ops_cap,
+)
+from autograder.core import TOLERANCES, Case, _fresh_copy, judge
 from autograder.paths import REPO, source_notebook
 
 from .alternatives_03 import ODD_ONLY, CatZerosLayer
@@ -182,6 +198,212 @@ def test_a_measured_concern_needs_the_right_answer_too(name):
     assert verdict.points == 0, verdict.message
 
 
+# ------------------------------------------------- measured runs: ways past them, closed
+
+MEASURED = {
+    "03.sliding_window": [VECTORISED],
+    "03.window_mask": [VECTORISED],
+    "03.masked_window": [VECTORISED, LINEAR_MEMORY],
+    "03.blocked_attention": [VECTORISED, LINEAR_MEMORY, ONE_SDPA_CALL],
+}
+
+
+def only_measured_fail(verdict, name: str) -> None:
+    """Every part passes but the measured ones, which all fail."""
+    want = {concern: concern not in MEASURED[name] for concern in parts(verdict)}
+    assert parts(verdict) == want, verdict.message
+
+
+class RightOnlyUpTo45(CatZerosLayer):
+    """Right at the lengths of the answer cases and the short measured run, zeros above."""
+
+    def forward(self, x):
+        return torch.zeros_like(x) if x.shape[1] > 45 else super().forward(x)
+
+
+def mask_right_only_up_to_45(seq_length, window_size, causal=False):
+    if seq_length > 45:
+        return torch.zeros(seq_length, seq_length, dtype=torch.bool)
+    return ref("sliding_window_mask")(seq_length, window_size, causal)
+
+
+def right_only_up_to_100(function: str):
+    def attention(queries, keys, values, window_size, causal=False):
+        if queries.shape[-2] > 100:
+            return values.clone()
+        return ref(function)(queries, keys, values, window_size, causal)
+
+    return attention
+
+
+@pytest.mark.parametrize(
+    ("name", "answer"),
+    [
+        ("03.sliding_window", RightOnlyUpTo45),
+        ("03.window_mask", mask_right_only_up_to_45),
+        ("03.masked_window", right_only_up_to_100("window_attention")),
+        ("03.blocked_attention", right_only_up_to_100("blocked_window_attention")),
+    ],
+    ids=["layer", "window_mask", "masked_window", "blocked_attention"],
+)
+def test_an_answer_wrong_at_the_long_length_earns_no_measured_concern(name, answer):
+    """A cheap wrong answer at the long length, where only the counts used to be looked at."""
+    verdict = evaluate(name, answer)
+    only_measured_fail(verdict, name)
+    assert "at the longer length" in verdict.message, verdict.message
+
+
+def mask_as_numpy(seq_length, window_size, causal=False):
+    return ref("sliding_window_mask")(seq_length, window_size, causal).numpy()
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_mask_returned_as_an_array_is_judged_at_both_lengths(seed):
+    verdict = evaluate("03.window_mask", mask_as_numpy, hidden=seed is not None, seed=seed)
+    assert verdict.passed and verdict.points == verdict.max_points, verdict.message
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_hidden_measured_runs_draw_their_lengths_and_shapes(name):
+    """Code cannot special-case lengths or shapes it knows: each seed draws its own."""
+    runs = [
+        case
+        for seed in range(8)
+        for case in make_cases(name, hidden=True, seed=seed)
+        if "lengths" in case.inputs
+    ]
+    assert len({case.inputs["lengths"] for case in runs}) >= 6, [case.name for case in runs]
+    shapes = {case.name.split(" run at")[0].split(" built for")[0] for case in runs}  # "B=1 H=2 Dh=8 W=5"
+    assert len(shapes) >= 4, shapes
+
+
+def blocked_by_numpy_mask(queries, keys, values, window_size, causal=False):
+    """The (T, T) band built in NumPy, where no torch function creates it."""
+    T = queries.shape[-2]
+    offset = np.arange(T)[None, :] - np.arange(T)[:, None]
+    before = window_size - 1 if causal else window_size // 2
+    visible = (offset >= -before) & (offset <= window_size - 1 - before)
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=torch.from_numpy(visible))
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_dense_mask_made_outside_torch_functions_fails_memory(seed):
+    verdict = evaluate("03.blocked_attention", blocked_by_numpy_mask, hidden=seed is not None, seed=seed)
+    all_but(verdict, LINEAR_MEMORY)
+    assert "Something of size T x T" in verdict.message, verdict.message
+
+
+def loop_padded_to_a_constant_count(queries, keys, values, window_size, causal=False):
+    """The loop (5 operations per position, and a few more), then operations that do nothing: the
+    same count at every T up to 999."""
+    out = window_attention_loop(queries, keys, values, window_size, causal)
+    for _ in range(5000 - 1 - 5 * queries.shape[-2]):
+        torch.zeros(())
+    return out
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_loop_padded_to_the_same_count_at_every_length_fails(seed):
+    verdict = evaluate(
+        "03.masked_window", loop_padded_to_a_constant_count, hidden=seed is not None, seed=seed
+    )
+    all_but(verdict, VECTORISED)
+    cap = ops_cap(REFERENCE_OPS["03.masked_window"])
+    counted = rf"issues 50\d\d torch operations at T=\d+ and at T=\d+, more than {cap}: a vectorised answer"
+    assert re.search(counted, verdict.message), verdict.message
+
+
+@pytest.mark.parametrize("name", REFERENCE_OPS)
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_the_reference_issues_the_operations_its_cap_is_built_on(name, seed):
+    """The cap on operations is a multiple of the reference's count, kept in the check: measured
+    again here, at both lengths of every measured run."""
+    cases = [
+        case for case in make_cases(name, hidden=seed is not None, seed=seed or 0) if "lengths" in case.inputs
+    ]
+    expected, _ = live_expectations(name, cases, with_mistakes=False)
+    counts = {(int(e.reference[OPS_SHORT]), int(e.reference[OPS_LONG])) for e in expected}
+    assert counts == {(REFERENCE_OPS[name], REFERENCE_OPS[name])}
+
+
+def replaying_dense_attention():
+    """Attention through a (T, T) mask, but inputs seen before get their result replayed: the run
+    counted for memory replays the one counted for operations when both have the same inputs."""
+    seen = {}
+
+    def attention(queries, keys, values, window_size, causal=False):
+        key = (tuple(queries.shape), queries.sum().item(), causal)
+        if key not in seen:
+            seen[key] = blocked_by_dense_mask(queries, keys, values, window_size, causal)
+        return seen[key].clone()
+
+    return attention
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_result_replayed_from_another_measured_run_fails_memory(seed):
+    verdict = evaluate("03.masked_window", replaying_dense_attention(), hidden=seed is not None, seed=seed)
+    all_but(verdict, LINEAR_MEMORY)
+
+
+class Deferred(torch.Tensor):
+    """A tensor whose values are computed when the run stage copies it out (.detach()), after the
+    count is over."""
+
+    @staticmethod
+    def __new__(cls, compute, like):
+        deferred = torch.Tensor._make_subclass(cls, torch.empty_like(like))
+        deferred.compute = compute
+        return deferred
+
+    def detach(self):
+        return self.compute()
+
+
+def deferred_loop(queries, keys, values, window_size, causal=False):
+    return Deferred(lambda: window_attention_loop(queries, keys, values, window_size, causal), queries)
+
+
+def test_a_tensor_subclass_that_defers_its_work_is_refused_by_the_measured_runs():
+    verdict = evaluate("03.masked_window", deferred_loop)
+    only_measured_fail(verdict, "03.masked_window")
+    assert "the output is a Deferred, not a torch.Tensor: return a plain tensor" in verdict.message
+
+
+def vectorised_only_without_autograd(queries, keys, values, window_size, causal=False):
+    """The loop, except where autograd is off, as the measured runs once had it."""
+    if torch.is_grad_enabled():
+        return window_attention_loop(queries, keys, values, window_size, causal)
+    return ref("window_attention")(queries, keys, values, window_size, causal)
+
+
+def test_measured_runs_keep_the_grad_mode_of_the_answer_runs():
+    verdict = evaluate("03.masked_window", vectorised_only_without_autograd)
+    all_but(verdict, VECTORISED)
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_a_measurement_that_is_not_a_number_fails(name):
+    cases = make_cases(name, hidden=True, seed=HIDDEN_SEED)
+    expected, _ = live_expectations(name, cases, with_mistakes=False)
+    results = [
+        {k: torch.tensor(float("nan")) if k in MEASURED_OUTPUTS else v for k, v in e.reference.items()}
+        for e in expected
+    ]
+    verdict = judge(CHECKS[name], cases, results, expected, [])
+    only_measured_fail(verdict, name)
+    assert NOT_A_NUMBER in verdict.message, verdict.message
+
+
+def test_a_fresh_copy_holds_its_own_tensors_inside_lists_and_dicts():
+    """Code editing a case's weights in place must not change what the next run (the reference's) gets."""
+    case = Case("weights", {"weights": [torch.zeros(2)], "long": {"queries": torch.zeros(3)}})
+    copy = _fresh_copy(case)
+    copy.inputs["weights"][0].add_(1)
+    copy.inputs["long"]["queries"].add_(1)
+    assert case.inputs["weights"][0].sum() == 0 and case.inputs["long"]["queries"].sum() == 0
+
+
 # ----------------------------------------------------------------- RoPE inside (Q10)
 
 
@@ -277,6 +499,69 @@ class StubRoPE(nn.Module):
 def test_a_layer_that_rotates_without_the_rope_class_is_graded_on_its_own():
     verdict = evaluate("03.rope_inside", (InlineRotationLayer, StubRoPE))
     assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_wrong_rope_the_layer_does_not_call_costs_nothing(seed):
+    verdict = evaluate(
+        "03.rope_inside", (InlineRotationLayer, NoRotation), hidden=seed is not None, seed=seed
+    )
+    assert verdict.points == verdict.max_points, verdict.message
+
+
+class PlainTensors(nn.Module):
+    """Calls a RoPE and hands on what it gives as plain tensors."""
+
+    def __init__(self, rope):
+        super().__init__()
+        self.rope = rope
+
+    def forward(self, queries, keys):
+        return tuple(torch.as_tensor(x).as_subclass(torch.Tensor) for x in self.rope(queries, keys))
+
+
+def layer_calling(rope_class) -> type:
+    """A right layer that calls `rope_class` and turns its results into plain tensors."""
+
+    class Layer(CatZerosLayer):
+        def __init__(self, hidden_size, num_heads, window_size, rotation_matrix=None):
+            super().__init__(hidden_size, num_heads, window_size)
+            self.rope = None if rotation_matrix is None else PlainTensors(rope_class(rotation_matrix))
+
+    return Layer
+
+
+class NumpyRoPE(RoPEReal):
+    def forward(self, queries, keys):
+        return tuple(x.detach().numpy() for x in super().forward(queries, keys))
+
+
+class Sticky(torch.Tensor):
+    """A tensor that cannot be copied out."""
+
+    def detach(self):
+        raise RuntimeError("no copy")
+
+
+class StickyRoPE(RoPEReal):
+    def forward(self, queries, keys):
+        return tuple(x.as_subclass(Sticky) for x in super().forward(queries, keys))
+
+
+class ExitsOnItsOwn(RoPEReal):
+    """Right inside the layer, whose queries are views; exits on a contiguous query, as the
+    diagnosis passes."""
+
+    def forward(self, queries, keys):
+        if queries.is_contiguous():
+            raise SystemExit("RoPE called on its own")
+        return super().forward(queries, keys)
+
+
+@pytest.mark.parametrize("rope_class", [NumpyRoPE, StickyRoPE, ExitsOnItsOwn], ids=lambda c: c.__name__)
+def test_a_rope_whose_diagnosis_gives_no_tensor_leaves_the_layer_graded_alone(rope_class):
+    verdict = evaluate("03.rope_inside", (layer_calling(rope_class), rope_class))
+    assert verdict.points == verdict.max_points, verdict.message
 
 
 class NoBias(CatZerosLayer):
