@@ -244,7 +244,7 @@ def library_calls(*names: str) -> tuple[tuple[Callable, str], ...]:
     """
     calls = {}
     for name in names:
-        calls[_resolve(name)] = name
+        calls.setdefault(_resolve(name), name)  # two names of one function: the first, public, one
         operator = name.rsplit(".", 1)[-1]
         aten = getattr(torch.ops.aten, operator, None)
         if isinstance(aten, torch._ops.OpOverloadPacket):
