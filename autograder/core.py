@@ -578,6 +578,11 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
         for hint in check.error_hints:
             if hint.fragment in result:
                 return hint.advice
+        raised = result.split(" (in your code: ")[0]  # a known mistake that raises the same error
+        for mistake in mistakes:
+            wrong = expect.mistakes.get(mistake.name)
+            if isinstance(wrong, str) and wrong.split(" (in your code: ")[0] == raised:
+                return f"{mistake.name}. {_sentence(mistake.advice)}"
         return ""
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:

@@ -70,29 +70,26 @@ def run_expert(feed_forward_class, case: Case) -> Outputs:
         )
     with torch.no_grad():
         parameters[down[0]].copy_(w2)
-    biases = [name for name in others if name != down[0]]
-    zero_parameters(module, biases)  # a bias is advice only here
+    rest = [name for name in others if name != down[0]]
+    if case.concern == NO_BIAS:  # the biases alone, compared with the reference's 0
+        return {"bias vectors": torch.tensor(sum(parameters[name].dim() == 1 for name in rest))}
+    zero_parameters(module, rest)  # a bias is advice only
     y, y_swapped = both_orders(lambda: module(x), projections, w1, w3)
-    if case.concern == NO_BIAS:  # compared with the reference's 0, so that a bias is named as a mistake
-        return {"y": y, "y_swapped": y_swapped, "other parameters": torch.tensor(len(biases))}
     return {"y": y, "y_swapped": y_swapped}
 
 
 def _expert_no_bias(case: Case, out: Outputs) -> str | None:
-    extra = int(out["other parameters"])
-    if extra == 0:
+    biases = int(out["bias vectors"])
+    if biases == 0:
         return None
-    return (
-        f"besides w1, w2 and w3 your expert holds {extra} more parameter tensor(s), biases presumably; "
-        "Mistral's and Llama's experts have none (bias=False)"
-    )
+    return f"your expert holds {biases} bias vector(s); Mistral's and Llama's experts have none (bias=False)"
 
 
 GARBLED = ErrorHint(
     "your module's parameters",
     "the course's expert is w2(silu(w1(x)) * w3(x)): three bias-free nn.Linear layers, w1 and w3 from "
     "hidden_size to d_ff and w2 from d_ff back to hidden_size, and nothing else inside (no SiGLU module: "
-    "the homework's formula W3 . SiGLU(W1(x) . W2(x)) is garbled, see the notebook).",
+    "the homework's formula W3 . SiGLU(W1(x) . W2(x)) is garbled, see the notebook). The names are yours.",
 )
 
 FEED_FORWARD = Check(
@@ -104,7 +101,7 @@ FEED_FORWARD = Check(
     outputs={
         "y": "FeedForward(x) with the case's w1, w2, w3 loaded",
         "y_swapped": "FeedForward(x) with the case's w1 and w3 swapped",
-        "other parameters": "the number of parameters besides w1, w2 and w3",
+        "bias vectors": "the number of bias vectors",
     },
     properties=[Property("bias-free", _expert_no_bias, concern=NO_BIAS)],
     error_hints=[
@@ -118,7 +115,7 @@ FEED_FORWARD = Check(
         "Three projections: two from D up to d_ff, one back down. Which of the two up-projections goes "
         "through the activation, and what happens to the other one?",
         "Test it in a new cell: with ff = FeedForward(8, 12) and x = torch.randn(2, 3, 8), ff(x) should have "
-        "shape (2, 3, 8) and equal ff.w2(F.silu(ff.w1(x)) * ff.w3(x)).",
+        "shape (2, 3, 8) and equal the notebook's formula computed by hand with your three layers.",
         "It is the SwiGLU network of notebook 05 with Llama's names: the activation is SiLU (not the "
         "sigmoid), applied to w1(x) alone, then multiplied by w3(x), then w2.",
         "self.w1 = nn.Linear(hidden_size, d_ff, bias=False), the same for w3, self.w2 = nn.Linear(d_ff, "
@@ -158,6 +155,14 @@ def run_init(moe_class, case: Case) -> Outputs:
         registered = {id(p) for p in moe.parameters()}
         return {"expert parameters not registered": torch.tensor(len(inside - registered))}
     x = case.inputs["x"]
+    try:
+        scores = moe.gate(x)
+    except Exception as error:
+        raise ValueError(
+            f"self.gate fails on a ({PROBE_ROWS}, {d}) input, {PROBE_ROWS} tokens of hidden_size={d} "
+            f"features: {error}. The gate maps hidden_size features to num_experts scores: "
+            "nn.Linear(hidden_size, num_experts)"
+        ) from None
     for i, expert in enumerate(moe.experts):
         try:
             y = expert(x)
@@ -174,9 +179,20 @@ def run_init(moe_class, case: Case) -> Outputs:
                 f"hidden_size={d} features to hidden_size, as FeedForward(hidden_size, d_ff) does"
             )
     return {
-        "gate output shape": torch.tensor(tuple(moe.gate(x).shape)),
+        "gate output shape": torch.tensor(tuple(scores.shape)),
         "number of experts": torch.tensor(len(moe.experts)),
+        "distinct experts": torch.tensor(len({id(expert) for expert in moe.experts})),
     }
+
+
+def _distinct(case: Case, out: Outputs) -> str | None:
+    if "distinct experts" not in out or int(out["distinct experts"]) == int(out["number of experts"]):
+        return None
+    return (
+        f"self.experts holds {int(out['number of experts'])} entries but only {int(out['distinct experts'])} "
+        "distinct module(s): [FeedForward(...)] * num_experts repeats ONE expert, whose weights every entry "
+        "shares; build each expert with its own call, in a list comprehension"
+    )
 
 
 def _registered(case: Case, out: Outputs) -> str | None:
@@ -201,10 +217,13 @@ MOE_INIT = Check(
     outputs={
         "gate output shape": f"the shape of gate(x) for x of shape ({PROBE_ROWS}, hidden_size)",
         "number of experts": "len(self.experts)",
+        "distinct experts": "the number of distinct modules in self.experts",
         "expert parameters not registered": "the number of the experts' parameters the layer does not hold",
     },
-    measured=("expert parameters not registered",),
-    properties=[Property("experts registered", _registered, concern=REGISTERED)],
+    properties=[
+        Property("distinct experts", _distinct, concern=INIT_CORE),
+        Property("experts registered", _registered, concern=REGISTERED),
+    ],
     error_hints=[
         ErrorHint(
             "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
@@ -217,10 +236,10 @@ MOE_INIT = Check(
         "Test it in a new cell: moe = MoeLayer(8, 12, 4, 2); moe.gate(torch.randn(3, 8)) should have shape "
         "(3, 4), len(moe.experts) should be 4, and sum(p.numel() for p in moe.parameters()) should count the "
         "experts' weights too.",
+        "A plain Python list of modules works in forward, but nn.Module registers only attributes that are "
+        "modules: nn.ModuleList is a module that holds a list of them. And [module] * E repeats one module.",
         "self.gate = nn.Linear(hidden_size, num_experts, bias=False) (a bias is your choice); self.experts = "
         "nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)]).",
-        "A plain Python list of modules works in forward, but nn.Module registers only attributes that are "
-        "modules: nn.ModuleList is a module that holds a list of them.",
     ],
     hidden_points=1.0,
 )
@@ -308,13 +327,21 @@ def run_routing(moe_class, case: Case) -> Outputs:
     out = moe(case.inputs["x"])
     if "probe" not in case.inputs:
         return {"output": out}
-    (out * case.inputs["probe"]).sum().backward()
-    if moe.gate.weight.grad is None:
-        raise ValueError(
-            "no gradient reached the gate's weight: the routing weights must come from the gate's output "
-            "through torch operations, without .detach(), .item(), .data or torch.no_grad()"
-        )
-    return {"gate gradient": moe.gate.weight.grad}
+    # No gradient at all is a zero gradient: compared (and a known mistake named), then explained.
+    if out.requires_grad:
+        (out * case.inputs["probe"]).sum().backward()
+    grad = moe.gate.weight.grad
+    return {"gate gradient": torch.zeros_like(moe.gate.weight) if grad is None else grad}
+
+
+def _gate_gets_gradient(case: Case, out: Outputs) -> str | None:
+    if "gate gradient" not in out or bool(out["gate gradient"].any()):
+        return None
+    return (
+        "no gradient reached the gate's weight: the output must depend on the gate through the routing "
+        "weights, computed from the gate's logits with torch operations (no .detach(), .item(), .data or "
+        "torch.no_grad()) and multiplied into the experts' outputs"
+    )
 
 
 MOE_ROUTING = Check(
@@ -324,6 +351,7 @@ MOE_ROUTING = Check(
     cases=routing_cases,
     run=run_routing,
     concerns=[Concern(ROUTING, weight=3), Concern(GRADIENT, weight=1)],
+    properties=[Property("the gate gets a gradient", _gate_gets_gradient, concern=GRADIENT)],
     outputs={
         "output": "the layer's output (the check's own experts in place of yours)",
         "gate gradient": "the gradient of the gate's weight",
@@ -333,9 +361,9 @@ MOE_ROUTING = Check(
             "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
         ),
         ErrorHint(
-            "does not require grad",
-            "the routing weights must stay differentiable functions of the gate's output: no .detach() or "
-            "torch.no_grad() around them.",
+            "must match the size of tensor b",
+            "the weights of the n routed tokens, weights[batch_idx, token_idx, topk_idx], have shape (n,): "
+            "add a dimension with [..., None] to scale the (n, D) rows of the experts' output.",
         ),
         ErrorHint(
             "shape mismatch",
@@ -421,8 +449,18 @@ def run_balance(load_balancing_loss, case: Case) -> Outputs:
     loss = torch.as_tensor(load_balancing_loss(logits, case.inputs["selected_experts"]))
     if not case.inputs.get("gradient"):
         return {"loss": loss}
-    (gradient,) = torch.autograd.grad(loss, logits)
-    return {"gradient": gradient}
+    # No gradient at all is a zero gradient: compared (and a known mistake named), then explained.
+    gradient = torch.autograd.grad(loss, logits, allow_unused=True)[0] if loss.requires_grad else None
+    return {"gradient": torch.zeros_like(logits) if gradient is None else gradient}
+
+
+def _logits_get_gradient(case: Case, out: Outputs) -> str | None:
+    if "gradient" not in out or bool(out["gradient"].any()):
+        return None
+    return (
+        "no gradient reaches router_logits: compute P with a softmax of the logits themselves, without "
+        ".detach(), .item(), numpy or torch.no_grad(), so that the loss can train the router"
+    )
 
 
 def _uniform_is_one(case: Case, out: Outputs) -> str | None:
@@ -443,13 +481,9 @@ LOAD_BALANCING = Check(
     run=run_balance,
     concerns=[Concern(BALANCE, weight=3), Concern(DIFFERENTIABLE, weight=1)],
     outputs={"loss": "the loss", "gradient": "the gradient of the loss with respect to router_logits"},
-    properties=[Property("1 for a uniform router", _uniform_is_one)],
-    error_hints=[
-        ErrorHint(
-            "does not require grad",
-            "the loss must stay a differentiable function of router_logits: compute P with torch.softmax on "
-            "the logits, without .detach(), .item(), numpy or torch.no_grad().",
-        ),
+    properties=[
+        Property("1 for a uniform router", _uniform_is_one),
+        Property("the logits get a gradient", _logits_get_gradient, concern=DIFFERENTIABLE),
     ],
     hints=[
         "Two vectors of E numbers: f, the share of the token-to-expert assignments each expert received "
@@ -465,4 +499,105 @@ LOAD_BALANCING = Check(
     hidden_points=1.0,
 )
 
-CHECKS = [FEED_FORWARD, MOE_INIT, MOE_ROUTING, LOAD_BALANCING]
+# ------------------------------------------------------------ extension: sorted dispatch
+
+DISPATCH = "the routed, weighted sum"
+ONE_CALL = "each expert called at most once (no loop over tokens)"
+DISPATCH_SHAPES = [(10, 8, 4, 2), (7, 6, 8, 2), (5, 8, 3, 1), (6, 4, 3, 3), (3, 8, 8, 2)]  # N D E K
+
+
+class CountingExpert(BlackBoxExpert):
+    """A black-box expert that counts its calls."""
+
+    def __init__(self, a: Tensor, b: Tensor):
+        super().__init__(a, b)
+        self.calls = 0
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.calls += 1
+        return super().forward(x)
+
+
+def dispatch_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(DISPATCH_SHAPES)
+    if hidden:
+        for _ in range(3):
+            e = int(torch.randint(2, 10, (), generator=g))
+            n, d = int(torch.randint(1, 40, (), generator=g)), int(torch.randint(2, 12, (), generator=g))
+            shapes.append((n, d, e, int(torch.randint(1, e + 1, (), generator=g))))
+    cases = []
+    for n, d, e, k in shapes:
+        scores = torch.randn(n, e, generator=g)
+        values, selected = torch.topk(scores, k)
+        inputs = {
+            "x": torch.randn(n, d, generator=g),
+            "selected_experts": selected,
+            "weights": torch.softmax(values, dim=-1),
+            "experts": [
+                (torch.randn(d, d, generator=g) * d**-0.5, torch.randn(d, generator=g) * 0.5)
+                for _ in range(e)
+            ],
+        }
+        idle = e - len(selected.unique())
+        name = f"{n} tokens of {d} features, E = {e}, K = {k}" + (
+            f", {idle} expert(s) with no token" if idle else ""
+        )
+        cases.append(Case(name, inputs))
+        cases.append(Case(f"{name}: calls per expert", inputs, concern=ONE_CALL))
+    return cases
+
+
+def run_dispatch(sorted_dispatch, case: Case) -> Outputs:
+    inputs = case.inputs
+    experts = [CountingExpert(a, b) for a, b in inputs["experts"]]
+    out = sorted_dispatch(inputs["x"], inputs["selected_experts"], inputs["weights"], experts)
+    if case.concern == ONE_CALL:
+        return {"most calls to one expert": torch.tensor(max(expert.calls for expert in experts))}
+    return {"output": out}
+
+
+def _one_call(case: Case, out: Outputs) -> str | None:
+    calls = int(out["most calls to one expert"])
+    if calls <= 1:
+        return None
+    return (
+        f"one expert was called {calls} times: run each expert once, on all of its tokens together "
+        "(a contiguous slice of the sorted rows), not once per token or per slot"
+    )
+
+
+SORTED_DISPATCH = Check(
+    name="06.sorted_dispatch",
+    target="sorted_dispatch",
+    cases=dispatch_cases,
+    run=run_dispatch,
+    concerns=[Concern(DISPATCH, weight=2), Concern(ONE_CALL, weight=1)],
+    outputs={
+        "output": "sorted_dispatch(x, selected_experts, weights, experts)",
+        "most calls to one expert": "the most calls any one expert received",
+    },
+    properties=[Property("one call per expert", _one_call, concern=ONE_CALL)],
+    error_hints=[
+        ErrorHint(
+            "split_with_sizes expects split_sizes to sum exactly",
+            "the counts must add up to N * K: torch.bincount(flat_experts, minlength=len(experts)).",
+        ),
+        ErrorHint(
+            "index_add_(): ",
+            "index_add_(0, index, source) needs one token index per row of source, both in the sorted order.",
+        ),
+    ],
+    hints=[
+        "List the N * K (token, slot) pairs with their expert ids; after sorting them by expert, which rows "
+        "of x does each expert need, and where in the sorted list do they sit?",
+        "Test it in a new cell against your MoeLayer, as the cell below the question does; then make one "
+        "expert a module that prints x.shape in forward: it should print once per expert.",
+        "order = argsort of the flat expert ids; token_of_pair = arange(N).repeat_interleave(K)[order]; "
+        "counts = bincount(flat ids, minlength=E); rows = x[token_of_pair].split(counts.tolist()).",
+        "Run expert i on the i-th slice, concatenate, multiply by weights.reshape(-1)[order, None], and add "
+        "into zeros_like(x) with index_add_(0, token_of_pair, ...): a token gets its K rows added.",
+    ],
+    hidden_points=1.0,
+)
+
+CHECKS = [FEED_FORWARD, MOE_INIT, MOE_ROUTING, LOAD_BALANCING, SORTED_DISPATCH]

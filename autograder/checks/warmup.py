@@ -339,7 +339,7 @@ def _slope_agrees(case: Case, out: Outputs) -> str | None:
     k = int(gap.argmax())
     return (
         f"at z = {zs[k].item():.4g} the slope of your own function, (f(z+h) - f(z-h)) / 2h with h = {h:g}, "
-        f"is {numeric[k].item():.6g}, but your derivative says {yours[k].item():.6g}"
+        f"is {numeric[k].item():.6g}, but your derivative says {yours[k].item():.6g}: one of the two is wrong"
     )
 
 

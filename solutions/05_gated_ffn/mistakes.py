@@ -213,6 +213,11 @@ def llama_dim_round(hidden_size, multiple_of):
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+def llama_dim_ceil_of_float(hidden_size, multiple_of):
+    """int() skipped: the float 8 D / 3 rounded up, so 13.33 becomes 14 where Llama gives 13."""
+    return multiple_of * math.ceil(2 * 4 * hidden_size / 3 / multiple_of)
+
+
 def llama_dim_two_thirds_of_d(hidden_size, multiple_of):
     hidden = int(2 * hidden_size / 3)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
@@ -358,6 +363,11 @@ MISTAKES = {
             "two thirds of D instead of two thirds of 4 D",
             f"start from the ReLU network's hidden size 4 D: {ROUND_UP}.",
             (ffn_count, llama_dim_two_thirds_of_d),
+        ),
+        Mistake(
+            "the float 2 * 4 * hidden_size / 3 rounded up to a multiple without int() first",
+            f"Llama truncates two thirds of 4 D to an integer before rounding up: {ROUND_UP}.",
+            (ffn_count, llama_dim_ceil_of_float),
         ),
         Mistake(
             "int(2 * 4 * hidden_size / 3) returned without rounding up to a multiple of multiple_of",

@@ -1,0 +1,636 @@
+"""Known wrong answers of notebook 06 (mixture of experts): the judge names them, the tests use
+them as mutants.
+
+Instructor-side only (next to the reference, not released). Each is complete and
+self-contained, with exactly one thing wrong. The end-to-end tests paste this file into an
+answer cell of the notebook, so it defines none of the notebook's names (FeedForward, MoeLayer,
+load_balancing_loss, ...) nor of the variables its later cells set (x, moe, expert, routing,
+counts, probs, D, E, K, N, ...): its helpers start with an underscore and its answers have names
+of their own.
+
+Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per token.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.core import Mistake
+
+# ------------------------------------------------------------------------- FeedForward
+
+
+class _ThreeLinears(nn.Module):
+    """The course's names: w1 and w3 from D up to F, w2 from F back down, no biases."""
+
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, hidden_size, bias=False)
+        self.w3 = nn.Linear(hidden_size, d_ff, bias=False)
+
+
+class _SwiGLUExpert(_ThreeLinears):
+    """The right expert, for the layers below: their mistakes are elsewhere."""
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class HomeworkFormulaExpert(nn.Module):
+    """The homework's W3 . SiGLU(W1(x) . W2(x)) in its own names (W1, W2 up to F, W3 back down),
+    read as SiLU of the product. In the course's names it is w2(silu(w1 x * w3 x)), which is also
+    what "SiLU applied after the product" gives: one function, one mistake."""
+
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w2 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w3 = nn.Linear(d_ff, hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.w3(F.silu(self.w1(x) * self.w2(x)))
+
+
+class SigmoidGatedExpert(_ThreeLinears):
+    """The GLU of notebook 05 (the homework's "SiGLU") in place of SwiGLU."""
+
+    def forward(self, x):
+        return self.w2(torch.sigmoid(self.w1(x)) * self.w3(x))
+
+
+class UngatedExpert(_ThreeLinears):
+    """w3 is created and never used."""
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)))
+
+
+class GeluGatedExpert(_ThreeLinears):
+    """GEGLU: the GELU in place of SiLU."""
+
+    def forward(self, x):
+        return self.w2(F.gelu(self.w1(x)) * self.w3(x))
+
+
+class BilinearExpert(_ThreeLinears):
+    def forward(self, x):
+        return self.w2(self.w1(x) * self.w3(x))
+
+
+class SiluOnBothExpert(_ThreeLinears):
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * F.silu(self.w3(x)))
+
+
+class ExpertWithBiases(nn.Module):
+    """nn.Linear's default bias=True, kept."""
+
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, d_ff)
+        self.w2 = nn.Linear(d_ff, hidden_size)
+        self.w3 = nn.Linear(hidden_size, d_ff)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SiluOnOutputExpert(_ThreeLinears):
+    """The activation moved from w1(x) to the end, after w2."""
+
+    def forward(self, x):
+        return F.silu(self.w2(self.w1(x) * self.w3(x)))
+
+
+# ---------------------------------------------------------------------- MoeLayer.__init__
+
+
+class _Routing(nn.Module):
+    """A right forward over self.gate and self.experts; the mistakes below change one part of it."""
+
+    def forward(self, x):
+        router_logits = self.gate(x)  # (B, T, E)
+        values, selected_experts = torch.topk(router_logits, self.n_experts_per_token)  # (B, T, K)
+        return self._combine(x, F.softmax(values, dim=-1), selected_experts)
+
+    def _combine(self, x, weights, selected_experts):
+        """The homework's loop: each expert on its tokens, weighted, added into out."""
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            batch_idx, token_idx, topk_idx = torch.where(selected_experts == i)
+            out[batch_idx, token_idx] += weights[batch_idx, token_idx, topk_idx, None] * expert(
+                x[batch_idx, token_idx]
+            )
+        return out
+
+
+class ExpertsInPlainList(_Routing):
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = [_SwiGLUExpert(hidden_size, d_ff) for _ in range(num_experts)]
+
+
+class GateToHiddenSize(_Routing):
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(hidden_size, d_ff) for _ in range(num_experts)])
+
+
+class KExperts(_Routing):
+    """n_experts_per_token experts built instead of num_experts."""
+
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(hidden_size, d_ff) for _ in range(n_experts_per_token)])
+
+
+class ExpertsFromDff(_Routing):
+    """FeedForward(d_ff, hidden_size): the two sizes swapped, so an expert takes d_ff features."""
+
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(d_ff, hidden_size) for _ in range(num_experts)])
+
+
+class OneExpertRepeated(_Routing):
+    """[FeedForward(...)] * num_experts: one module, E times."""
+
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(hidden_size, d_ff)] * num_experts)
+
+
+class GateSwapped(_Routing):
+    """nn.Linear(num_experts, hidden_size): the gate's two sizes swapped."""
+
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(num_experts, hidden_size, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(hidden_size, d_ff) for _ in range(num_experts)])
+
+
+# ------------------------------------------------------------------- MoeLayer.forward
+
+
+class _RightInit(_Routing):
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.num_experts = num_experts
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList([_SwiGLUExpert(hidden_size, d_ff) for _ in range(num_experts)])
+
+
+class NotRenormalised(_RightInit):
+    """Mixtral's order stopped halfway: softmax over all E, top K, no division by their sum."""
+
+    def forward(self, x):
+        probabilities = F.softmax(self.gate(x), dim=-1)  # (B, T, E)
+        weights, selected_experts = torch.topk(probabilities, self.n_experts_per_token)  # (B, T, K)
+        return self._combine(x, weights, selected_experts)
+
+
+class SoftmaxTwice(_RightInit):
+    def forward(self, x):
+        probabilities = F.softmax(self.gate(x), dim=-1)  # (B, T, E)
+        values, selected_experts = torch.topk(probabilities, self.n_experts_per_token)  # (B, T, K)
+        return self._combine(x, F.softmax(values, dim=-1), selected_experts)
+
+
+class TopOneRepeated(_RightInit):
+    """The best expert taken K times (argmax repeated) instead of the K best."""
+
+    def forward(self, x):
+        router_logits = self.gate(x)  # (B, T, E)
+        best = router_logits.argmax(dim=-1, keepdim=True)  # (B, T, 1)
+        selected_experts = best.repeat(1, 1, self.n_experts_per_token)  # (B, T, K)
+        values = router_logits.gather(-1, selected_experts)
+        return self._combine(x, F.softmax(values, dim=-1), selected_experts)
+
+
+class GateOnExpertOutputs(_RightInit):
+    """The router scores what the experts return (their sum) instead of the tokens."""
+
+    def forward(self, x):
+        router_logits = self.gate(sum(expert(x) for expert in self.experts))  # (B, T, E)
+        values, selected_experts = torch.topk(router_logits, self.n_experts_per_token)
+        return self._combine(x, F.softmax(values, dim=-1), selected_experts)
+
+
+class SoftmaxOverTokens(_RightInit):
+    def forward(self, x):
+        values, selected_experts = torch.topk(self.gate(x), self.n_experts_per_token)  # (B, T, K)
+        return self._combine(x, F.softmax(values, dim=1), selected_experts)
+
+
+class WeightsDetached(_RightInit):
+    """Right values; no gradient reaches the gate."""
+
+    def forward(self, x):
+        values, selected_experts = torch.topk(self.gate(x), self.n_experts_per_token)
+        return self._combine(x, F.softmax(values, dim=-1).detach(), selected_experts)
+
+
+class WeightsNotApplied(_RightInit):
+    def _combine(self, x, weights, selected_experts):
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            batch_idx, token_idx, topk_idx = torch.where(selected_experts == i)
+            out[batch_idx, token_idx] += expert(x[batch_idx, token_idx])
+        return out
+
+
+class Overwritten(_RightInit):
+    """`=` in place of `+=`: each token keeps the last of its K contributions."""
+
+    def _combine(self, x, weights, selected_experts):
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            batch_idx, token_idx, topk_idx = torch.where(selected_experts == i)
+            out[batch_idx, token_idx] = weights[batch_idx, token_idx, topk_idx, None] * expert(
+                x[batch_idx, token_idx]
+            )
+        return out
+
+
+class StartsFromInput(_RightInit):
+    def _combine(self, x, weights, selected_experts):
+        out = x.clone()
+        for i, expert in enumerate(self.experts):
+            batch_idx, token_idx, topk_idx = torch.where(selected_experts == i)
+            out[batch_idx, token_idx] += weights[batch_idx, token_idx, topk_idx, None] * expert(
+                x[batch_idx, token_idx]
+            )
+        return out
+
+
+# ------------------------------------------------------------------- load balancing
+
+
+def balance_with_counts(router_logits, selected_experts):
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().sum(0)
+    probabilities = F.softmax(router_logits, dim=-1).reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+def balance_per_token(router_logits, selected_experts):
+    """The counts divided by the N tokens, not by the N * K assignments."""
+    num_experts = router_logits.shape[-1]
+    tokens = router_logits.reshape(-1, num_experts).shape[0]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().sum(0) / tokens
+    probabilities = F.softmax(router_logits, dim=-1).reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+def balance_without_e(router_logits, selected_experts):
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().mean(0)
+    probabilities = F.softmax(router_logits, dim=-1).reshape(-1, num_experts).mean(0)
+    return (assigned * probabilities).sum()
+
+
+def balance_of_logits(router_logits, selected_experts):
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().mean(0)
+    mean_logits = router_logits.reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * mean_logits).sum()
+
+
+def balance_of_probabilities_only(router_logits, selected_experts):
+    """f taken from the probabilities too: selected_experts is never used."""
+    num_experts = router_logits.shape[-1]
+    probabilities = F.softmax(router_logits, dim=-1).reshape(-1, num_experts).mean(0)
+    return num_experts * (probabilities * probabilities).sum()
+
+
+def balance_detached(router_logits, selected_experts):
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().mean(0)
+    probabilities = F.softmax(router_logits, dim=-1).detach().reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+def balance_first_choice_only(router_logits, selected_experts):
+    """f from each token's first choice, selected_experts[..., 0]: the other K - 1 are dropped."""
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts[..., 0].reshape(-1), num_experts).float().mean(0)
+    probabilities = F.softmax(router_logits, dim=-1).reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+def balance_softmax_over_batch(router_logits, selected_experts):
+    """dim=0: the batch of a (B, T, E) input."""
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().mean(0)
+    probabilities = F.softmax(router_logits, dim=0).reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+def balance_softmax_over_tokens(router_logits, selected_experts):
+    """dim=1: the tokens of a (B, T, E) input."""
+    num_experts = router_logits.shape[-1]
+    assigned = F.one_hot(selected_experts.reshape(-1), num_experts).float().mean(0)
+    probabilities = F.softmax(router_logits, dim=1).reshape(-1, num_experts).mean(0)
+    return num_experts * (assigned * probabilities).sum()
+
+
+EXPERT = "w2(F.silu(w1(x)) * w3(x)): SiLU on w1(x) alone, times w3(x), then w2"
+INIT = (
+    "self.gate = nn.Linear(hidden_size, num_experts, bias=False); self.experts = "
+    "nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)])"
+)
+ROUTE = (
+    "values, selected_experts = torch.topk(self.gate(x), k); weights = F.softmax(values, dim=-1); "
+    "then per expert out[batch_idx, token_idx] += weights[batch_idx, token_idx, topk_idx, None] * expert(...)"
+)
+SHARES = (
+    "f_i = (assignments to expert i) / (N * K), P_i = mean over tokens of softmax(router_logits, dim=-1)_i, "
+    "loss = E * sum_i f_i P_i"
+)
+
+MISTAKES = {
+    "06.feed_forward": [
+        Mistake(
+            "the homework's garbled formula W3 . SiGLU(W1(x) . W2(x)) taken literally: SiLU applied after "
+            "the product, to w1(x) * w3(x)",
+            f"the product comes after the activation, which takes w1(x) alone: {EXPERT}.",
+            HomeworkFormulaExpert,
+        ),
+        Mistake(
+            "a sigmoid gate (the GLU, the homework's 'SiGLU') instead of SiLU (SwiGLU)",
+            f"Mistral's and Llama's experts are SwiGLU: F.silu, x * sigmoid(x), not torch.sigmoid: {EXPERT}.",
+            SigmoidGatedExpert,
+        ),
+        Mistake(
+            "no gate: w3(x) is never used, the output is w2(silu(w1(x)))",
+            f"multiply the activation by the second up-projection before w2: {EXPERT}.",
+            UngatedExpert,
+        ),
+        Mistake(
+            "GELU instead of SiLU (that is GEGLU)",
+            f"the course's expert gates with SiLU (F.silu): {EXPERT}.",
+            GeluGatedExpert,
+        ),
+        Mistake(
+            "no activation: w2(w1(x) * w3(x)), the bilinear unit",
+            f"pass w1(x) through F.silu before the product: {EXPERT}.",
+            BilinearExpert,
+        ),
+        Mistake(
+            "SiLU applied to both up-projections",
+            f"only w1(x) goes through the activation; w3(x) multiplies it as it is: {EXPERT}.",
+            SiluOnBothExpert,
+        ),
+        Mistake(
+            "SiLU applied to the output, after w2, instead of to w1(x)",
+            f"the activation goes inside, on w1(x), and w2 is the last layer: {EXPERT}.",
+            SiluOnOutputExpert,
+        ),
+        Mistake(
+            "the linears keep their biases (nn.Linear's default bias=True)",
+            "Mistral's and Llama's experts have none: nn.Linear(..., bias=False) for w1, w2 and w3.",
+            ExpertWithBiases,
+        ),
+    ],
+    "06.moe_init": [
+        Mistake(
+            "experts kept in a plain Python list",
+            "a module registers the modules among its attributes, not those inside a list, so the "
+            "experts' parameters are not the layer's: an optimizer never trains them, state_dict() does not "
+            f"save them, .to() does not move them. {INIT}.",
+            ExpertsInPlainList,
+        ),
+        Mistake(
+            "a gate nn.Linear(hidden_size, hidden_size): one score per feature, not per expert",
+            f"the gate gives one logit per expert: {INIT}.",
+            GateToHiddenSize,
+        ),
+        Mistake(
+            "n_experts_per_token experts built instead of num_experts",
+            f"the layer holds all E experts; each token uses K of them: {INIT}.",
+            KExperts,
+        ),
+        Mistake(
+            "one expert repeated num_experts times ([FeedForward(...)] * num_experts)",
+            "multiplying a list repeats the same module, so every entry shares one set of weights: build "
+            f"each expert with its own call, in a list comprehension. {INIT}.",
+            OneExpertRepeated,
+        ),
+        Mistake(
+            "a gate nn.Linear(num_experts, hidden_size), its two sizes swapped",
+            "nn.Linear(in_features, out_features): the gate reads hidden_size features and gives "
+            f"num_experts scores. {INIT}.",
+            GateSwapped,
+        ),
+        Mistake(
+            "experts built as FeedForward(d_ff, hidden_size), the two sizes swapped",
+            "an expert maps hidden_size to hidden_size through d_ff: FeedForward(hidden_size, d_ff). "
+            f"{INIT}.",
+            ExpertsFromDff,
+        ),
+    ],
+    "06.moe_routing": [
+        Mistake(
+            "softmax over all E logits, then the top K probabilities, not renormalised",
+            "the K weights must sum to 1: divide the top K probabilities by their sum (Hugging Face's order), or "
+            f"take the softmax of the top K logits only: {ROUTE}.",
+            NotRenormalised,
+        ),
+        Mistake(
+            "softmax applied twice: to all E logits, then again to the top K probabilities",
+            f"one softmax, over the top K logits (or divide the top K probabilities by their sum): {ROUTE}.",
+            SoftmaxTwice,
+        ),
+        Mistake(
+            "the routing weights are detached from the gate",
+            "without .detach() (or torch.no_grad()) on the weights: the gate learns only through them.",
+            WeightsDetached,
+        ),
+        Mistake(
+            "every token routed K times to its best expert (the top-1 repeated) instead of to its K best",
+            f"take each token's K best experts, K different ones, with torch.topk: {ROUTE}.",
+            TopOneRepeated,
+        ),
+        Mistake(
+            "the gate applied after the experts: the router scores the experts' output instead of x",
+            f"the router looks at the tokens themselves: router_logits = self.gate(x). {ROUTE}.",
+            GateOnExpertOutputs,
+        ),
+        Mistake(
+            "the routing weights are not multiplied in: each token gets the plain sum of its K experts",
+            f"scale each expert's output by its weight: {ROUTE}.",
+            WeightsNotApplied,
+        ),
+        Mistake(
+            "out[batch_idx, token_idx] = ... overwrites: each token keeps only the last of its K experts",
+            f"add with +=, so that each token sums its K weighted experts: {ROUTE}.",
+            Overwritten,
+        ),
+        Mistake(
+            "the softmax taken over the tokens (dim=1) instead of over the K selected logits (dim=-1)",
+            f"each token's K weights must sum to 1: F.softmax(values, dim=-1). {ROUTE}.",
+            SoftmaxOverTokens,
+        ),
+        Mistake(
+            "out starts from x instead of zeros (a residual added inside the layer)",
+            "start from zeros, out = torch.zeros_like(x), as the given line has it: the residual belongs to "
+            "the transformer block (notebook 08), not to the MoE layer.",
+            StartsFromInput,
+        ),
+    ],
+    "06.load_balancing": [
+        Mistake(
+            "f counts the assignments instead of taking their share",
+            f"divide the counts by the N * K assignments, so that f sums to 1: {SHARES}.",
+            balance_with_counts,
+        ),
+        Mistake(
+            "f divided by the N tokens instead of the N * K assignments (a uniform router gives K, as in "
+            "Hugging Face's Mixtral code)",
+            f"each token makes K assignments; divide by N * K so that f sums to 1: {SHARES}.",
+            balance_per_token,
+        ),
+        Mistake(
+            "the factor E is missing (a uniform router gives 1 / E)",
+            f"multiply by E, so that a uniform router gives 1: {SHARES}.",
+            balance_without_e,
+        ),
+        Mistake(
+            "P averaged from the raw logits, without the softmax",
+            f"P is a mean of probabilities: softmax(router_logits, dim=-1) first. {SHARES}.",
+            balance_of_logits,
+        ),
+        Mistake(
+            "f taken from the probabilities instead of the counted assignments (selected_experts unused)",
+            f"f counts what the top-K selection did, from selected_experts: {SHARES}.",
+            balance_of_probabilities_only,
+        ),
+        Mistake(
+            "the probabilities are detached: no gradient reaches the router",
+            "P must stay a differentiable function of router_logits: no .detach() or torch.no_grad(). "
+            f"{SHARES}.",
+            balance_detached,
+        ),
+        Mistake(
+            "f counts only each token's first choice, selected_experts[..., 0]",
+            f"every one of the K choices is an assignment: count all of selected_experts. {SHARES}.",
+            balance_first_choice_only,
+        ),
+        Mistake(
+            "the softmax taken over the batch (dim=0) instead of over the experts (dim=-1)",
+            "each token's probabilities over the E experts sum to 1: softmax(router_logits, dim=-1). "
+            f"{SHARES}.",
+            balance_softmax_over_batch,
+        ),
+        Mistake(
+            "the softmax taken over the tokens (dim=1) instead of over the experts (dim=-1)",
+            "each token's probabilities over the E experts sum to 1: softmax(router_logits, dim=-1). "
+            f"{SHARES}.",
+            balance_softmax_over_tokens,
+        ),
+    ],
+}
+
+
+# ------------------------------------------------------------- sorted dispatch (extension)
+
+
+def _sorted_pairs(x, selected_experts, experts):
+    """The right first half: pairs sorted by expert, each expert run once on its slice."""
+    num_tokens, k = selected_experts.shape
+    flat = selected_experts.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    token_of_pair = torch.arange(num_tokens).repeat_interleave(k)[order]
+    counts = torch.bincount(flat, minlength=len(experts)).tolist()
+    rows = x[token_of_pair].split(counts)
+    outputs = torch.cat(
+        [expert(chunk) for expert, chunk in zip(experts, rows, strict=True) if chunk.shape[0]]
+    )
+    return order, token_of_pair, outputs
+
+
+def dispatch_weights_unsorted(x, selected_experts, weights, experts):
+    order, token_of_pair, outputs = _sorted_pairs(x, selected_experts, experts)
+    return torch.zeros_like(x).index_add_(0, token_of_pair, outputs * weights.reshape(-1, 1))
+
+
+def dispatch_tokens_unsorted(x, selected_experts, weights, experts):
+    order, _, outputs = _sorted_pairs(x, selected_experts, experts)
+    tokens = torch.arange(x.shape[0]).repeat_interleave(selected_experts.shape[1])
+    return torch.zeros_like(x).index_add_(0, tokens, outputs * weights.reshape(-1)[order, None])
+
+
+def dispatch_overwritten(x, selected_experts, weights, experts):
+    order, token_of_pair, outputs = _sorted_pairs(x, selected_experts, experts)
+    out = torch.zeros_like(x)
+    out[token_of_pair] = outputs * weights.reshape(-1)[order, None]
+    return out
+
+
+def dispatch_unweighted(x, selected_experts, weights, experts):
+    order, token_of_pair, outputs = _sorted_pairs(x, selected_experts, experts)
+    return torch.zeros_like(x).index_add_(0, token_of_pair, outputs)
+
+
+def dispatch_per_token(x, selected_experts, weights, experts):
+    """Right output, one expert call per (token, slot)."""
+    out = torch.zeros_like(x)
+    for n in range(x.shape[0]):
+        for slot in range(selected_experts.shape[1]):
+            expert = experts[int(selected_experts[n, slot])]
+            out[n] += weights[n, slot] * expert(x[n : n + 1])[0]
+    return out
+
+
+SORTED = (
+    "order = argsort of the flat expert ids; token_of_pair = arange(N).repeat_interleave(K)[order]; each "
+    "expert once on its slice of x[token_of_pair]; out.index_add_(0, token_of_pair, outputs * "
+    "weights.reshape(-1)[order, None])"
+)
+
+MISTAKES["06.sorted_dispatch"] = [
+    Mistake(
+        "the weights left in the original order while the rows were sorted",
+        f"sort the weights with the same order as the rows: {SORTED}.",
+        dispatch_weights_unsorted,
+    ),
+    Mistake(
+        "the rows added back to the tokens in the original order, not the sorted one",
+        f"the token index of each row must be sorted with it: {SORTED}.",
+        dispatch_tokens_unsorted,
+    ),
+    Mistake(
+        "out[token_ids] = ... overwrites a token's earlier rows instead of adding them",
+        f"a token has K rows, one per expert: add them with index_add_. {SORTED}.",
+        dispatch_overwritten,
+    ),
+    Mistake(
+        "the routing weights are not multiplied in",
+        f"scale each expert's output row by its token's weight for that expert: {SORTED}.",
+        dispatch_unweighted,
+    ),
+    Mistake(
+        "one expert call per token and slot (a Python loop over tokens)",
+        f"run each expert once, on all its tokens together: {SORTED}.",
+        dispatch_per_token,
+    ),
+]

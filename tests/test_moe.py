@@ -1,0 +1,270 @@
+"""Notebook 06 (mixture of experts): the reference against Hugging Face's order (softmax, top K,
+renormalise) and the dense computation, and how the checks grade answers that students write:
+experts in a plain list or of the wrong size, the homework's garbled expert inside a right
+router, a detached router.
+
+Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per token.
+"""
+
+import ast
+import json
+import re
+from functools import cache
+
+import nbformat
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder import evaluate, reference
+from autograder.api import make_cases
+from autograder.checks.moe import (
+    BALANCE,
+    DIFFERENTIABLE,
+    GRADIENT,
+    INIT_CORE,
+    LOAD_BALANCING,
+    MOE_ROUTING,
+    REGISTERED,
+    ROUTING,
+    BlackBoxExpert,
+)
+from autograder.core import TOLERANCES
+from autograder.paths import REPO, source_notebook
+
+ASSIGNMENT = "06_moe"
+RTOL, ATOL = TOLERANCES[torch.float32]
+HIDDEN_SEED = 6
+VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+
+
+def ref(name: str):
+    return reference.namespace(ASSIGNMENT)[name]
+
+
+def verdict(name, answer, seed=None):
+    return evaluate(name, answer, hidden=seed is not None, seed=seed)
+
+
+def parts(result) -> dict[str, bool]:
+    return {part.concern: part.passed for part in result.parts}
+
+
+def mistake(name: str, impl_name: str):
+    """The implementation of check `name`'s known mistake whose class or function is `impl_name`."""
+    (impl,) = [m.impl for m in reference.mistakes(name) if m.impl.__name__ == impl_name]
+    return impl
+
+
+def mistake_name(name: str, impl_name: str) -> str:
+    (found,) = [m.name for m in reference.mistakes(name) if m.impl.__name__ == impl_name]
+    return found
+
+
+def with_experts(make_expert):
+    """The reference MoeLayer whose experts are make_expert(hidden_size, d_ff), in a ModuleList."""
+
+    class Layer(ref("MoeLayer")):
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            super().__init__(hidden_size, d_ff, num_experts, n_experts_per_token)
+            self.experts = nn.ModuleList([make_expert(hidden_size, d_ff) for _ in range(num_experts)])
+
+    Layer.__name__ = f"MoeLayerOf{getattr(make_expert, '__name__', 'Experts')}"
+    return Layer
+
+
+# ------------------------------------------------------------------ the reference itself
+
+
+def mixtral_order(moe, x):
+    """Every expert on every token, weighted by Hugging Face's softmax over all E, top K, renormalised."""
+    probabilities = F.softmax(moe.gate(x), dim=-1)  # (B, T, E)
+    top, selected = torch.topk(probabilities, moe.n_experts_per_token)  # (B, T, K)
+    dense = torch.zeros_like(probabilities).scatter(-1, selected, top / top.sum(-1, keepdim=True))
+    outputs = torch.stack([expert(x) for expert in moe.experts], dim=-2)  # (B, T, E, D)
+    return (dense.unsqueeze(-1) * outputs).sum(-2)
+
+
+@pytest.mark.parametrize(
+    ("b", "t", "d", "f", "e", "k"),
+    [(2, 5, 8, 12, 4, 2), (1, 1, 6, 10, 3, 3), (3, 7, 4, 8, 8, 1), (1, 4, 8, 12, 1, 1), (2, 3, 5, 7, 6, 4)],
+)
+def test_reference_layer_equals_mixtrals_order_computed_densely(b, t, d, f, e, k):
+    torch.manual_seed(b * 100 + t * 10 + e)
+    moe = ref("MoeLayer")(d, f, e, k)
+    x = torch.randn(b, t, d)
+    with torch.no_grad():
+        torch.testing.assert_close(moe(x), mixtral_order(moe, x), rtol=RTOL, atol=ATOL)
+        if e == k == 1:
+            torch.testing.assert_close(moe(x), moe.experts[0](x), rtol=RTOL, atol=ATOL)
+
+
+def test_reference_expert_is_swiglu_with_llamas_names():
+    torch.manual_seed(0)
+    expert = ref("FeedForward")(8, 12)
+    x = torch.randn(2, 3, 8)
+    gated = F.silu(x @ expert.w1.weight.T) * (x @ expert.w3.weight.T)  # (2, 3, F)
+    torch.testing.assert_close(expert(x), gated @ expert.w2.weight.T, rtol=RTOL, atol=ATOL)
+    assert all(module.bias is None for module in (expert.w1, expert.w2, expert.w3))
+
+
+@VISIBLE_AND_HIDDEN
+def test_one_expert_chosen_from_one_is_the_expert_itself(seed):
+    """E = K = 1 is among the routing cases: the weight is softmax of one logit, 1, whatever the gate."""
+    cases = make_cases("06.moe_routing", hidden=seed is not None, seed=0 if seed is None else seed)
+    single = [case for case in cases if case.inputs["args"][2:] == (1, 1) and "probe" not in case.inputs]
+    assert single, [case.name for case in cases]
+    for case in single:
+        out = MOE_ROUTING.run(ref("MoeLayer"), case)["output"]
+        ((a, bias),) = case.inputs["experts"]
+        torch.testing.assert_close(out, BlackBoxExpert(a, bias)(case.inputs["x"]), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(("shape", "k"), [((2, 4, 4), 2), ((1, 6, 8), 1), ((12, 3), 3), ((2, 3, 5, 6), 4)])
+def test_the_balancing_loss_of_a_uniform_router_is_one(shape, k):
+    """All logits equal give P_i = 1 / E, so E * sum_i f_i / E = 1 whatever the selection."""
+    logits = torch.zeros(shape)
+    selected = torch.randint(0, shape[-1], (*shape[:-1], k), generator=torch.Generator().manual_seed(k))
+    loss = ref("load_balancing_loss")(logits, selected)
+    assert loss.shape == ()
+    torch.testing.assert_close(loss, torch.tensor(1.0), rtol=RTOL, atol=ATOL)
+
+
+def test_a_loss_that_is_not_one_for_a_uniform_router_is_told_so():
+    """Hugging Face's Mixtral loss (f per token, not per assignment) gives K = 2 on the check's
+    uniform case."""
+    (uniform,) = [c for c in make_cases("06.load_balancing", hidden=False, seed=0) if c.inputs.get("uniform")]
+    is_one = next(p for p in LOAD_BALANCING.properties if p.name == "1 for a uniform router")
+    assert is_one.test(uniform, LOAD_BALANCING.run(ref("load_balancing_loss"), uniform)) is None
+    outputs = LOAD_BALANCING.run(mistake("06.load_balancing", "balance_per_token"), uniform)
+    assert is_one.test(uniform, outputs) == "a uniform router should give exactly 1 (its minimum), got 2"
+
+
+# ---------------------------------------------------------------- __init__ (06.moe_init)
+
+
+@VISIBLE_AND_HIDDEN
+def test_experts_in_a_plain_list_lose_only_the_registration(seed):
+    plain_list = mistake("06.moe_init", "ExpertsInPlainList")
+    result = verdict("06.moe_init", plain_list, seed)
+    assert parts(result) == {INIT_CORE: True, REGISTERED: False}, result.message
+    for words in ("not registered", "never trains them", "does not save them", "does not move them"):
+        assert words in result.message, (words, result.message)
+    assert "nn.ModuleList" in result.message
+    assert verdict("06.moe_routing", plain_list, seed).passed  # routed right
+
+
+class SiGLU(nn.Module):
+    """Notebook 05's gated unit, (W x) * sigmoid(W_g x): the homework's 'SiGLU' used as an expert."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.W = nn.Linear(in_features, out_features, bias=False)
+        self.W_g = nn.Linear(in_features, out_features, bias=False)
+
+    def forward(self, x):
+        return self.W(x) * torch.sigmoid(self.W_g(x))
+
+
+def siglu_of_d_ff(hidden_size, d_ff):
+    return SiGLU(d_ff, d_ff)
+
+
+@VISIBLE_AND_HIDDEN
+def test_experts_that_take_d_ff_features_are_told_the_shapes(seed):
+    result = verdict("06.moe_init", with_experts(siglu_of_d_ff), seed)
+    assert parts(result) == {INIT_CORE: False, REGISTERED: True}, result.message
+    core = next(part.message for part in result.parts if part.concern == INIT_CORE)
+    found = re.search(r"expert 0 fails on a \(3, (\d+)\) input, 3 tokens of hidden_size=(\d+) features", core)
+    assert found and found[1] == found[2], core
+    d, f = (int(n) for n in re.search(r"MoeLayer\((\d+), (\d+),", core).groups())
+    assert f"shapes cannot be multiplied (3x{d} and {f}x{f})" in core, core
+    assert "as FeedForward(hidden_size, d_ff) does" in core
+    assert "not of the expected form" not in result.message  # the student's bug, not the grader's
+    assert verdict("06.moe_routing", with_experts(siglu_of_d_ff), seed).passed
+
+
+# -------------------------------------------------------- the expert inside the router
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize("expert", ["HomeworkFormulaExpert", "SigmoidGatedExpert"])
+def test_a_wrong_expert_is_named_and_costs_the_router_nothing(expert, seed):
+    """The routing check puts its own experts in place of the student's."""
+    wrong = mistake("06.feed_forward", expert)
+    result = verdict("06.feed_forward", wrong, seed)
+    assert f"Looks like: {mistake_name('06.feed_forward', expert)}" in result.message, result.message
+    assert result.points == 0
+    for name in ("06.moe_init", "06.moe_routing"):
+        layer = verdict(name, with_experts(wrong), seed)
+        assert layer.passed, (name, layer.message)
+
+
+# --------------------------------------------------------------------- gradients
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize(
+    ("name", "impl", "right", "wrong"),
+    [
+        ("06.moe_routing", "WeightsDetached", ROUTING, GRADIENT),
+        ("06.load_balancing", "balance_detached", BALANCE, DIFFERENTIABLE),
+    ],
+    ids=["router", "balancing loss"],
+)
+def test_a_detached_router_loses_only_the_gradient(name, impl, right, wrong, seed):
+    result = verdict(name, mistake(name, impl), seed)
+    assert parts(result) == {right: True, wrong: False}, result.message
+    assert "detach" in next(part.message for part in result.parts if part.concern == wrong)
+
+
+# ---------------------------------------------------------------------- the mistakes file
+
+
+@cache
+def names_the_notebook_binds() -> set[str]:
+    """Every name a code cell of the notebook binds at its top level, locked cells included: a
+    mutant submission pastes mistakes.py into an answer cell, and the cells after it run too."""
+    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
+    names = set()
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.ClassDef) and node.col_offset == 0:
+                names.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def test_mistakes_file_redefines_none_of_the_notebooks_names():
+    """Only the imports may be shared (the same modules); a shared answer name (FeedForward,
+    MoeLayer) would replace the notebook's, and a shared variable (x, moe, routing) would be
+    rebound under the mistakes' feet by a later cell."""
+    module = reference._mistakes_module(ASSIGNMENT)
+    notebook = reference.namespace(ASSIGNMENT)
+    shared = {name for name in vars(module) if name in names_the_notebook_binds()}
+    assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
+
+
+def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
+    """The figure's numbers are copied into the notebook (a grading kernel reads no other file):
+    they must be the benchmark's, rounded, as benchmarks/results/moe_routing_cpu.json holds them."""
+    measured = json.loads((REPO / "benchmarks" / "results" / "moe_routing_cpu.json").read_text())
+    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
+    (numbers,) = [
+        c.source
+        for c in notebook.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "benchmark_numbers"
+    ]
+    names: dict = {}
+    exec(numbers, names)
+    rows = measured["rows"]
+    assert names["lengths"] == [row["T"] for row in rows]
+    want = {method: [round(row["ms"][method], 2) for row in rows] for method in ("loop", "sorted", "dense")}
+    assert names["milliseconds"] == want, "rerun the benchmark's numbers into the notebook"
+    assert names["faster"] == [row["faster"] for row in rows]
