@@ -329,7 +329,13 @@ def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
     try:
         with watch if check.forbidden else contextlib.nullcontext():  # a mode slows every torch call
             outputs = check.run(obj, _fresh_copy(case))
-        result = {k: v.detach().clone() for k, v in outputs.items()}
+        not_tensors = [key for key, value in outputs.items() if not isinstance(value, Tensor)]
+        if not_tensors:  # e.g. a forward returning (output, router_logits), as Hugging Face's do
+            key = not_tensors[0]
+            kind = type(outputs[key]).__name__
+            result = f"your code returned a {kind} as {check.describe(key)}, not a tensor"
+        else:
+            result = {k: v.detach().clone() for k, v in outputs.items()}
     except Exception as error:  # a student's bug is a result, not a crash
         result = _describe_error(error)
     if watch.calls:  # named even when the student's code caught the error that followed
@@ -347,7 +353,8 @@ def _fresh_copy(case: Case) -> Case:
     return Case(case.name, inputs, concern=case.concern)
 
 
-RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ")  # how a result without outputs reads
+# How a result without outputs reads.
+RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ", "your code returned ")
 
 
 STUB = "this is still the unfilled stub: replace the `raise` line with your answer"
@@ -571,9 +578,10 @@ def _fmt(x: Tensor) -> str:
 
 
 def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]) -> str:
-    """What the failure looks like: an error hint; a known mistake whose outputs equal the
-    student's; else the known mistakes that explain some of the outputs (two mistakes at once);
-    else the one mistake the outputs are much nearer to than to the right answer."""
+    """What the failure looks like. For an error: an error hint, else a known mistake that raised
+    the same error. For outputs: a known mistake whose outputs equal the student's; else the known
+    mistakes that explain some of the outputs (two mistakes at once); else the one mistake the
+    outputs are much nearer to than to the right answer."""
     if isinstance(result, str):
         for hint in check.error_hints:
             if hint.fragment in result:

@@ -10,6 +10,7 @@ import math
 from functools import cache
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -265,3 +266,12 @@ def test_mistakes_file_redefines_none_of_the_notebooks_names():
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in names_the_notebook_binds()}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
+
+
+def ffn_parameters_numpy(hidden_size, d_ff, gated):
+    return np.int64((3 if gated else 2) * hidden_size * d_ff)
+
+
+def test_a_count_returned_as_a_numpy_integer_passes():
+    result = verdict("05.parameter_count", (ffn_parameters_numpy, ref("llama_hidden_dim")))
+    assert result.passed, result.message

@@ -26,6 +26,7 @@ from autograder.checks.moe import (
     INIT_CORE,
     LOAD_BALANCING,
     MOE_ROUTING,
+    ONE_CALL,
     REGISTERED,
     ROUTING,
     BlackBoxExpert,
@@ -138,7 +139,7 @@ def test_a_loss_that_is_not_one_for_a_uniform_router_is_told_so():
     is_one = next(p for p in LOAD_BALANCING.properties if p.name == "1 for a uniform router")
     assert is_one.test(uniform, LOAD_BALANCING.run(ref("load_balancing_loss"), uniform)) is None
     outputs = LOAD_BALANCING.run(mistake("06.load_balancing", "balance_per_token"), uniform)
-    assert is_one.test(uniform, outputs) == "a uniform router should give exactly 1 (its minimum), got 2"
+    assert is_one.test(uniform, outputs) == "a uniform router should give exactly 1, got 2"
 
 
 # ---------------------------------------------------------------- __init__ (06.moe_init)
@@ -268,3 +269,94 @@ def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
     want = {method: [round(row["ms"][method], 2) for row in rows] for method in ("loop", "sorted", "dense")}
     assert names["milliseconds"] == want, "rerun the benchmark's numbers into the notebook"
     assert names["faster"] == [row["faster"] for row in rows]
+
+
+# ------------------------------------------------------------------ after the review
+
+
+class GarbledWithSiGLU(nn.Module):
+    """The homework's text read literally: W3 . SiGLU(W1(x) . W2(x)), with notebook 05's SiGLU inside."""
+
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.W1 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.W2 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.W3 = nn.Linear(d_ff, hidden_size, bias=False)
+        self.act = SiGLU(d_ff, d_ff)
+
+    def forward(self, x):
+        return self.W3(self.act(self.W1(x) * self.W2(x)))
+
+
+def test_the_garbled_expert_with_a_siglu_inside_is_told_what_the_course_expects():
+    message = verdict("06.feed_forward", GarbledWithSiGLU).message
+    assert "act.W.weight (12, 12)" in message, message
+    assert "the homework's formula W3 . SiGLU(W1(x) . W2(x)) is garbled" in message, message
+
+
+class UnfinishedFeedForward(nn.Module):
+    def __init__(self, hidden_size, d_ff):
+        raise NotImplementedError()
+
+
+@VISIBLE_AND_HIDDEN
+def test_an_unfinished_feed_forward_costs_the_routing_nothing(seed):
+    """The routing check builds the layer with a stand-in for the FeedForward its code names."""
+    layer = ref("MoeLayer")
+    namespace = layer.__init__.__globals__
+    original = namespace["FeedForward"]
+    namespace["FeedForward"] = UnfinishedFeedForward
+    try:
+        result = verdict("06.moe_routing", layer, seed)
+        assert result.passed, result.message
+        assert namespace["FeedForward"] is UnfinishedFeedForward  # put back after each build
+    finally:
+        namespace["FeedForward"] = original
+
+
+def test_a_layer_returning_a_tuple_is_told_to_return_the_output_alone():
+    class ReturnsLogitsToo(ref("MoeLayer")):
+        def forward(self, x):
+            return super().forward(x), self.gate(x)
+
+    message = verdict("06.moe_routing", ReturnsLogitsToo).message
+    assert "forward returned a tuple: return the (B, T, D) output alone" in message, message
+
+
+def test_a_layer_without_experts_earns_no_registration():
+    class NoExperts(ref("MoeLayer")):
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            super().__init__(hidden_size, d_ff, num_experts, n_experts_per_token)
+            self.experts = nn.ModuleList()
+
+    assert not parts(verdict("06.moe_init", NoExperts))[REGISTERED]
+
+
+def stateful_dispatch():
+    """A loop over tokens on the first sight of x, each expert called once on a repeat: the counted
+    case must not be earned by a wrong answer."""
+    seen = set()
+
+    def dispatch(x, selected_experts, weights, experts):
+        key = (tuple(x.shape), x.sum().item())
+        if key in seen:
+            for expert in experts:
+                expert(x[:1])
+            return torch.zeros_like(x)
+        seen.add(key)
+        return mistake("06.sorted_dispatch", "dispatch_per_token")(x, selected_experts, weights, experts)
+
+    return dispatch
+
+
+def dense_dispatch(x, selected_experts, weights, experts):
+    """Right output, every expert on every token."""
+    dense = torch.zeros(x.shape[0], len(experts)).scatter(-1, selected_experts, weights)
+    return sum(dense[:, i, None] * expert(x) for i, expert in enumerate(experts))
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize("answer", [stateful_dispatch(), dense_dispatch], ids=["replaying", "dense"])
+def test_the_call_count_is_earned_only_by_a_right_sparse_dispatch(answer, seed):
+    result = verdict("06.sorted_dispatch", answer, seed)
+    assert not parts(result)[ONE_CALL], result.message

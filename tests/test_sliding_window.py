@@ -309,8 +309,31 @@ def test_a_loop_padded_to_the_same_count_at_every_length_fails(seed):
     )
     all_but(verdict, VECTORISED)
     cap = ops_cap(REFERENCE_OPS["03.masked_window"])
-    counted = rf"issues 50\d\d torch operations at T=\d+ and at T=\d+, more than {cap}: a vectorised answer"
+    counted = (
+        rf"issues 50\d\d torch operations at T=\d+ and 50\d\d at T=\d+, more than {cap}: a vectorised answer"
+    )
     assert re.search(counted, verdict.message), verdict.message
+
+
+def test_a_blocked_version_that_pads_only_when_needed_is_not_called_a_loop():
+    """One operation more at the length that is not a multiple of the block (its padding) is no loop."""
+    blocked = reference.namespace(ASSIGNMENT)["blocked_window_attention"]
+
+    def pads_when_needed(queries, keys, values, window_size, causal=False):
+        if queries.shape[-2] % 32:
+            queries = queries + 0  # stands for the pad a multiple of the block does not need
+        return blocked(queries, keys, values, window_size, causal)
+
+    def one_length_a_multiple(seed):
+        (case, *_) = [
+            c for c in make_cases("03.blocked_attention", hidden=True, seed=seed) if "lengths" in c.inputs
+        ]
+        short, long = case.inputs["lengths"]
+        return (short % 32 == 0) != (long % 32 == 0)
+
+    seed = next(seed for seed in range(1, 400) if one_length_a_multiple(seed))
+    verdict = evaluate("03.blocked_attention", pads_when_needed, hidden=True, seed=seed)
+    assert verdict.passed, verdict.message
 
 
 @pytest.mark.parametrize("name", REFERENCE_OPS)

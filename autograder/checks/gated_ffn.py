@@ -6,7 +6,9 @@ shapes, loads the case's matrices into them in both orders, and compares the pai
 sorted by their sum, which no naming or registration order changes.
 """
 
+import numbers
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -44,25 +46,42 @@ GELU = activation_check(
 # ----------------------------------------------------------------- finding the projections
 
 
-def gated_projections(module: nn.Module, d_in: int, d_hidden: int) -> tuple[list[nn.Parameter], list[str]]:
-    """The module's two (d_hidden, d_in) matrices, or its one fused (2 d_hidden, d_in) matrix, and
-    the names of its other parameters. Raises a message naming the parameters when neither fits."""
+PARAMETERS_UNEXPECTED = (
+    "your module's parameters"  # in every message of gated_parameters: an ErrorHint keys on it
+)
+
+
+@dataclass(frozen=True)
+class GatedParameters:
+    """A gated unit's matrices, found by their shapes: the two projections (or one fused), the
+    down projection where there is one, and the biases (every other parameter, all vectors)."""
+
+    projections: list[nn.Parameter]
+    down: nn.Parameter | None
+    biases: list[nn.Parameter]
+
+
+def gated_parameters(module: nn.Module, d_in: int, d_hidden: int, down: bool = False) -> GatedParameters:
+    """Two (d_hidden, d_in) matrices or one fused (2 d_hidden, d_in), and with `down` one (d_in,
+    d_hidden); any other parameter must be a vector (a bias). Raises a message listing the
+    module's parameters when they do not fit."""
     named = list(module.named_parameters())
     pair = [p for _, p in named if tuple(p.shape) == (d_hidden, d_in)]
     fused = [p for _, p in named if tuple(p.shape) == (2 * d_hidden, d_in)]
-    if len(pair) == 2 and not fused:
-        found = pair
-    elif len(fused) == 1 and not pair:
-        found = fused
-    else:
-        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in named) or "none"
-        raise ValueError(
-            f"expected two weight matrices of shape ({d_hidden}, {d_in}), as two nn.Linear({d_in}, "
-            f"{d_hidden}, bias=False) hold (or one fused ({2 * d_hidden}, {d_in})); your module's "
-            f"parameters: {listing}"
+    downs = [p for _, p in named if tuple(p.shape) == (d_in, d_hidden)] if down else []
+    projections = pair if len(pair) == 2 and not fused else fused if len(fused) == 1 and not pair else []
+    found = [*projections, *downs]
+    rest = [p for _, p in named if not any(p is q for q in found)]
+    if not projections or len(downs) != int(down) or any(p.dim() != 1 for p in rest):
+        wanted = (
+            f"two weight matrices of shape ({d_hidden}, {d_in}), as two nn.Linear({d_in}, {d_hidden}, "
+            f"bias=False) hold them (or one fused ({2 * d_hidden}, {d_in}))"
         )
-    others = [name for name, p in named if not any(p is q for q in found)]
-    return found, others
+        if down:
+            wanted += f", and one of shape ({d_in}, {d_hidden}), as nn.Linear({d_hidden}, {d_in}, bias=False)"
+        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in named) or "none"
+        raise ValueError(f"expected {wanted}, and no other matrix; {PARAMETERS_UNEXPECTED}: {listing}")
+    return GatedParameters(projections, downs[0] if down else None, rest)
 
 
 def load_pair(projections: list[nn.Parameter], first: Tensor, second: Tensor) -> None:
@@ -92,11 +111,20 @@ def _sum_or_inf(output) -> float:
     return total if total == total else float("inf")  # NaN last
 
 
-def zero_parameters(module: nn.Module, names: list[str]) -> None:
+def zero(parameters: list[nn.Parameter]) -> None:
     with torch.no_grad():
-        for name, parameter in module.named_parameters():
-            if name in names:
-                parameter.zero_()
+        for parameter in parameters:
+            parameter.zero_()
+
+
+def bias_free(concern: str, what: str, advice: str) -> Property:
+    """The property of the cases that count bias vectors (output "bias vectors", the reference's 0)."""
+
+    def test(case: Case, out: Outputs) -> str | None:
+        biases = int(out["bias vectors"])
+        return None if biases == 0 else f"{what} holds {biases} bias vector(s): {advice}"
+
+    return Property("bias-free", test, concern=concern)
 
 
 # ----------------------------------------------------------------------------- SiGLU
@@ -126,32 +154,20 @@ def siglu_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         Case(f"x of shape {(*batch, d_in)}, SiGLU({d_in}, {d_out})", _siglu_inputs(g, batch, d_in, d_out))
         for batch, d_in, d_out in shapes
     ]
-    bias = Case(
-        "x of shape (3, 8), SiGLU(8, 5): its parameters", _siglu_inputs(g, (3,), 8, 5), concern=BIAS_FREE
-    )
-    return [*cases, bias]
+    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to return.
+    inputs = {**_siglu_inputs(g, (3,), 8, 5), "count_biases": True}
+    return [*cases, Case("x of shape (3, 8), SiGLU(8, 5): its parameters", inputs, concern=BIAS_FREE)]
 
 
 def run_siglu(siglu_class, case: Case) -> Outputs:
     x, w, w_gate = (case.inputs[k] for k in ("x", "w", "w_gate"))
     layer = siglu_class(w.shape[1], w.shape[0])
-    projections, others = gated_projections(layer, w.shape[1], w.shape[0])
-    if case.concern == BIAS_FREE:  # the biases alone, compared with the reference's 0
-        parameters = dict(layer.named_parameters())
-        return {"bias vectors": torch.tensor(sum(parameters[name].dim() == 1 for name in others))}
-    zero_parameters(layer, others)  # a bias costs the bias concern only
-    y, y_swapped = both_orders(lambda: layer(x), projections, w, w_gate)
+    found = gated_parameters(layer, w.shape[1], w.shape[0])
+    if case.inputs.get("count_biases"):
+        return {"bias vectors": torch.tensor(len(found.biases))}
+    zero(found.biases)  # a bias costs the bias concern only
+    y, y_swapped = both_orders(lambda: layer(x), found.projections, w, w_gate)
     return {"y": y, "y_swapped": y_swapped}
-
-
-def _no_bias(case: Case, out: Outputs) -> str | None:
-    biases = int(out["bias vectors"])
-    if biases == 0:
-        return None
-    return (
-        f"the layer holds {biases} bias vector(s): the question asks for two nn.Linear(in_features, "
-        "out_features, bias=False)"
-    )
 
 
 SHAPE_MISMATCH = ErrorHint(
@@ -167,11 +183,17 @@ SIGLU = Check(
     run=run_siglu,
     concerns=[Concern(SIGLU_CORE, weight=3), Concern(BIAS_FREE, weight=1)],
     outputs={
-        "y": "SiGLU(x) with the case's two matrices loaded",
-        "y_swapped": "SiGLU(x) with the case's two matrices loaded the other way round",
+        "y": "SiGLU(x) for one of the two ways of loading the case's matrices (the output of smaller sum)",
+        "y_swapped": "SiGLU(x) for the other way of loading the case's matrices (the output of larger sum)",
         "bias vectors": "the number of bias vectors",
     },
-    properties=[Property("bias-free", _no_bias, concern=BIAS_FREE)],
+    properties=[
+        bias_free(
+            BIAS_FREE,
+            "the layer",
+            "the question asks for two nn.Linear(in_features, out_features, bias=False)",
+        )
+    ],
     error_hints=[SHAPE_MISMATCH],
     hints=[
         "Two projections of the same x, of the same shape: one is passed through a sigmoid and multiplies "
@@ -291,9 +313,12 @@ def run_count(functions, case: Case) -> Outputs:
     value = function(*case.inputs["args"])
     if isinstance(value, Tensor):
         value = value.item()
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # 3.0 is a count; 3.5 is not, and is compared as a float
-    return {"count": torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float64)}
+    if isinstance(value, numbers.Integral):  # int, bool, numpy's integers
+        return {"count": torch.tensor(int(value))}
+    value = float(value)
+    if value.is_integer():
+        return {"count": torch.tensor(int(value))}  # 3.0 is a count; 3.5 is not, and is compared as a float
+    return {"count": torch.tensor(value, dtype=torch.float64)}
 
 
 def _whole_number(case: Case, out: Outputs) -> str | None:

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
-from .gated_ffn import both_orders, gated_projections, zero_parameters
+from .gated_ffn import PARAMETERS_UNEXPECTED, bias_free, both_orders, gated_parameters, zero
 
 Tensor = torch.Tensor
 
@@ -46,12 +46,9 @@ def expert_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         Case(f"x of shape {(*batch, d)}, FeedForward({d}, {f})", _expert_inputs(g, batch, d, f))
         for batch, d, f in shapes
     ]
-    bias = Case(
-        "x of shape (3, 8), FeedForward(8, 12): its parameters",
-        _expert_inputs(g, (3,), 8, 12),
-        concern=NO_BIAS,
-    )
-    return [*cases, bias]
+    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to return.
+    inputs = {**_expert_inputs(g, (3,), 8, 12), "count_biases": True}
+    return [*cases, Case("x of shape (3, 8), FeedForward(8, 12): its parameters", inputs, concern=NO_BIAS)]
 
 
 def run_expert(feed_forward_class, case: Case) -> Outputs:
@@ -60,33 +57,18 @@ def run_expert(feed_forward_class, case: Case) -> Outputs:
     x, w1, w3, w2 = (case.inputs[k] for k in ("x", "w1", "w3", "w2"))
     d, f = w1.shape[1], w1.shape[0]
     module = feed_forward_class(d, f)
-    projections, others = gated_projections(module, d, f)
-    parameters = dict(module.named_parameters())
-    down = [name for name in others if tuple(parameters[name].shape) == (d, f)]
-    if len(down) != 1:
-        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in parameters.items())
-        raise ValueError(
-            f"expected one weight matrix of shape ({d}, {f}) for w2; your module's parameters: {listing}"
-        )
+    found = gated_parameters(module, d, f, down=True)
+    if case.inputs.get("count_biases"):
+        return {"bias vectors": torch.tensor(len(found.biases))}
     with torch.no_grad():
-        parameters[down[0]].copy_(w2)
-    rest = [name for name in others if name != down[0]]
-    if case.concern == NO_BIAS:  # the biases alone, compared with the reference's 0
-        return {"bias vectors": torch.tensor(sum(parameters[name].dim() == 1 for name in rest))}
-    zero_parameters(module, rest)  # a bias is advice only
-    y, y_swapped = both_orders(lambda: module(x), projections, w1, w3)
+        found.down.copy_(w2)
+    zero(found.biases)  # a bias is advice only
+    y, y_swapped = both_orders(lambda: module(x), found.projections, w1, w3)
     return {"y": y, "y_swapped": y_swapped}
 
 
-def _expert_no_bias(case: Case, out: Outputs) -> str | None:
-    biases = int(out["bias vectors"])
-    if biases == 0:
-        return None
-    return f"your expert holds {biases} bias vector(s); Mistral's and Llama's experts have none (bias=False)"
-
-
-GARBLED = ErrorHint(
-    "your module's parameters",
+EXPERT_PARAMETERS = ErrorHint(
+    PARAMETERS_UNEXPECTED,
     "the course's expert is w2(silu(w1(x)) * w3(x)): three bias-free nn.Linear layers, w1 and w3 from "
     "hidden_size to d_ff and w2 from d_ff back to hidden_size, and nothing else inside (no SiGLU module: "
     "the homework's formula W3 . SiGLU(W1(x) . W2(x)) is garbled, see the notebook). The names are yours.",
@@ -99,13 +81,13 @@ FEED_FORWARD = Check(
     run=run_expert,
     concerns=[Concern(EXPERT_CORE), Concern(NO_BIAS, weight=0)],
     outputs={
-        "y": "FeedForward(x) with the case's w1, w2, w3 loaded",
-        "y_swapped": "FeedForward(x) with the case's w1 and w3 swapped",
+        "y": "FeedForward(x) for one way of loading the case's w1 and w3 (the output of smaller sum)",
+        "y_swapped": "FeedForward(x) for the other way of loading w1 and w3 (the output of larger sum)",
         "bias vectors": "the number of bias vectors",
     },
-    properties=[Property("bias-free", _expert_no_bias, concern=NO_BIAS)],
+    properties=[bias_free(NO_BIAS, "your expert", "Mistral's and Llama's experts have none (bias=False)")],
     error_hints=[
-        GARBLED,
+        EXPERT_PARAMETERS,
         ErrorHint(
             "shapes cannot be multiplied",
             "w1 and w3 map hidden_size to d_ff, w2 maps d_ff back to hidden_size.",
@@ -125,6 +107,10 @@ FEED_FORWARD = Check(
 )
 
 # ---------------------------------------------------------------------- MoeLayer.__init__
+
+NO_GATE = ErrorHint(
+    "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
+)
 
 INIT_CORE = "a gate Linear(hidden_size, num_experts) and num_experts experts from hidden_size to hidden_size"
 REGISTERED = "experts registered with the layer (nn.ModuleList)"
@@ -153,7 +139,12 @@ def run_init(moe_class, case: Case) -> Outputs:
         experts = list(moe.experts)
         inside = {id(p) for expert in experts for p in expert.parameters()}
         registered = {id(p) for p in moe.parameters()}
-        return {"expert parameters not registered": torch.tensor(len(inside - registered))}
+        return {  # experts without parameters would register nothing and pass: they are counted too
+            "experts holding parameters": torch.tensor(
+                sum(any(True for _ in ex.parameters()) for ex in experts)
+            ),
+            "expert parameters not registered": torch.tensor(len(inside - registered)),
+        }
     x = case.inputs["x"]
     try:
         scores = moe.gate(x)
@@ -218,6 +209,7 @@ MOE_INIT = Check(
         "gate output shape": f"the shape of gate(x) for x of shape ({PROBE_ROWS}, hidden_size)",
         "number of experts": "len(self.experts)",
         "distinct experts": "the number of distinct modules in self.experts",
+        "experts holding parameters": "the number of experts that hold parameters",
         "expert parameters not registered": "the number of the experts' parameters the layer does not hold",
     },
     properties=[
@@ -225,9 +217,7 @@ MOE_INIT = Check(
         Property("experts registered", _registered, concern=REGISTERED),
     ],
     error_hints=[
-        ErrorHint(
-            "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
-        ),
+        NO_GATE,
         ErrorHint("has no attribute 'experts'", "keep the experts in self.experts, as the question asks."),
     ],
     hints=[
@@ -268,9 +258,30 @@ class BlackBoxExpert(nn.Module):
         return torch.tanh(x @ self.a + self.b)
 
 
+class StandInExpert(nn.Module):
+    """What the student's MoeLayer builds in place of their FeedForward while the routing check
+    constructs it: its experts are replaced anyway, so an unfinished FeedForward costs nothing here."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+def build_with_stand_in_experts(moe_class, args: tuple):
+    """moe_class(*args) with the FeedForward its code names replaced by StandInExpert meanwhile."""
+    namespace = getattr(getattr(moe_class, "__init__", None), "__globals__", None)
+    if not isinstance(namespace, dict) or "FeedForward" not in namespace:
+        return moe_class(*args)
+    original = namespace["FeedForward"]
+    namespace["FeedForward"] = StandInExpert
+    try:
+        return moe_class(*args)
+    finally:
+        namespace["FeedForward"] = original
+
+
 def _routing_inputs(g: torch.Generator, b: int, t: int, d: int, e: int, k: int) -> dict:
     return {
-        "args": (d, d + 4, e, k),
+        "args": (d, d + 4, e, k),  # d_ff is any size: the check's experts replace the student's
         "x": torch.randn(b, t, d, generator=g),
         "gate": torch.randn(e, d, generator=g) * 1.5 * d**-0.5,
         "experts": [
@@ -322,9 +333,14 @@ def install_black_boxes(moe, inputs: dict) -> None:
 
 
 def run_routing(moe_class, case: Case) -> Outputs:
-    moe = moe_class(*case.inputs["args"])
+    moe = build_with_stand_in_experts(moe_class, case.inputs["args"])
     install_black_boxes(moe, case.inputs)
     out = moe(case.inputs["x"])
+    if not isinstance(out, Tensor):
+        raise ValueError(
+            f"forward returned a {type(out).__name__}: return the (B, T, D) output alone (Hugging Face's "
+            "Mixtral block also returns the router logits; this layer does not)"
+        )
     if "probe" not in case.inputs:
         return {"output": out}
     # No gradient at all is a zero gradient: compared (and a known mistake named), then explained.
@@ -357,8 +373,11 @@ MOE_ROUTING = Check(
         "gate gradient": "the gradient of the gate's weight",
     },
     error_hints=[
+        NO_GATE,
         ErrorHint(
-            "has no attribute 'gate'", "name the router's linear layer self.gate, as the question asks."
+            "'BlackBoxExpert' object has no attribute",
+            "the routing check replaces your experts with its own modules, which hold no weights: call each "
+            "expert as expert(x) and do not read its weights in MoeLayer.forward.",
         ),
         ErrorHint(
             "must match the size of tensor b",
@@ -467,11 +486,7 @@ def _uniform_is_one(case: Case, out: Outputs) -> str | None:
     if not case.inputs.get("uniform") or "loss" not in out:
         return None
     loss = float(out["loss"])
-    return (
-        None
-        if abs(loss - 1.0) < 1e-5
-        else f"a uniform router should give exactly 1 (its minimum), got {loss:.6g}"
-    )
+    return None if abs(loss - 1.0) < 1e-5 else f"a uniform router should give exactly 1, got {loss:.6g}"
 
 
 LOAD_BALANCING = Check(
@@ -502,19 +517,22 @@ LOAD_BALANCING = Check(
 # ------------------------------------------------------------ extension: sorted dispatch
 
 DISPATCH = "the routed, weighted sum"
-ONE_CALL = "each expert called at most once (no loop over tokens)"
+ONE_CALL = "each expert called at most once, on its own tokens only"
 DISPATCH_SHAPES = [(10, 8, 4, 2), (7, 6, 8, 2), (5, 8, 3, 1), (6, 4, 3, 3), (3, 8, 8, 2)]  # N D E K
 
 
 class CountingExpert(BlackBoxExpert):
-    """A black-box expert that counts its calls."""
+    """A black-box expert that counts its calls and the rows it was given. Like OperationCount, a
+    teaching aid inside the student's kernel: code could reset the counts."""
 
     def __init__(self, a: Tensor, b: Tensor):
         super().__init__(a, b)
         self.calls = 0
+        self.rows = 0
 
     def forward(self, x: Tensor) -> Tensor:
         self.calls += 1
+        self.rows += x.reshape(-1, x.shape[-1]).shape[0]
         return super().forward(x)
 
 
@@ -527,43 +545,58 @@ def dispatch_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             shapes.append((n, d, e, int(torch.randint(1, e + 1, (), generator=g))))
     cases = []
     for n, d, e, k in shapes:
-        scores = torch.randn(n, e, generator=g)
-        values, selected = torch.topk(scores, k)
-        inputs = {
-            "x": torch.randn(n, d, generator=g),
-            "selected_experts": selected,
-            "weights": torch.softmax(values, dim=-1),
-            "experts": [
-                (torch.randn(d, d, generator=g) * d**-0.5, torch.randn(d, generator=g) * 0.5)
-                for _ in range(e)
-            ],
-        }
-        idle = e - len(selected.unique())
-        name = f"{n} tokens of {d} features, E = {e}, K = {k}" + (
-            f", {idle} expert(s) with no token" if idle else ""
-        )
+        name, inputs = _dispatch_inputs(g, n, d, e, k)
         cases.append(Case(name, inputs))
-        cases.append(Case(f"{name}: calls per expert", inputs, concern=ONE_CALL))
+        # Inputs of its own, and the output compared too: the counts are earned by a right answer.
+        name, inputs = _dispatch_inputs(g, n, d, e, k)
+        cases.append(Case(f"{name}: calls per expert", {**inputs, "count_calls": True}, concern=ONE_CALL))
     return cases
+
+
+def _dispatch_inputs(g: torch.Generator, n: int, d: int, e: int, k: int) -> tuple[str, dict]:
+    values, selected = torch.topk(torch.randn(n, e, generator=g), k)
+    inputs = {
+        "x": torch.randn(n, d, generator=g),
+        "selected_experts": selected,
+        "weights": torch.softmax(values, dim=-1),
+        "experts": [
+            (torch.randn(d, d, generator=g) * d**-0.5, torch.randn(d, generator=g) * 0.5) for _ in range(e)
+        ],
+    }
+    idle = e - len(selected.unique())
+    name = f"{n} tokens of {d} features, E = {e}, K = {k}" + (
+        f", {idle} expert(s) with no token" if idle else ""
+    )
+    return name, inputs
 
 
 def run_dispatch(sorted_dispatch, case: Case) -> Outputs:
     inputs = case.inputs
     experts = [CountingExpert(a, b) for a, b in inputs["experts"]]
     out = sorted_dispatch(inputs["x"], inputs["selected_experts"], inputs["weights"], experts)
-    if case.concern == ONE_CALL:
-        return {"most calls to one expert": torch.tensor(max(expert.calls for expert in experts))}
-    return {"output": out}
+    if not inputs.get("count_calls"):
+        return {"output": out}
+    return {
+        "output": out,
+        "most calls to one expert": torch.tensor(max(expert.calls for expert in experts)),
+        "rows the experts saw": torch.tensor(sum(expert.rows for expert in experts)),
+    }
 
 
 def _one_call(case: Case, out: Outputs) -> str | None:
-    calls = int(out["most calls to one expert"])
-    if calls <= 1:
-        return None
-    return (
-        f"one expert was called {calls} times: run each expert once, on all of its tokens together "
-        "(a contiguous slice of the sorted rows), not once per token or per slot"
-    )
+    calls, rows = int(out["most calls to one expert"]), int(out["rows the experts saw"])
+    n, k = case.inputs["selected_experts"].shape
+    if calls > 1:
+        return (
+            f"one expert was called {calls} times: run each expert once, on all of its tokens together "
+            "(a contiguous slice of the sorted rows), not once per token or per slot"
+        )
+    if rows != n * k:
+        return (
+            f"the experts saw {rows} rows in all, not the N * K = {n * k} (token, slot) pairs: each expert "
+            "runs on its own tokens only, not on every token"
+        )
+    return None
 
 
 SORTED_DISPATCH = Check(
@@ -575,8 +608,9 @@ SORTED_DISPATCH = Check(
     outputs={
         "output": "sorted_dispatch(x, selected_experts, weights, experts)",
         "most calls to one expert": "the most calls any one expert received",
+        "rows the experts saw": "the number of rows the experts were given, all together",
     },
-    properties=[Property("one call per expert", _one_call, concern=ONE_CALL)],
+    properties=[Property("one call per expert, on its own tokens", _one_call, concern=ONE_CALL)],
     error_hints=[
         ErrorHint(
             "split_with_sizes expects split_sizes to sum exactly",

@@ -89,8 +89,14 @@ def _counts(out: Outputs, short: str, long: str) -> tuple[int, int] | str:
     return int(values[0]), int(values[1])
 
 
+# Counts may differ this much between the lengths: a correct blocked version pads only when T is
+# not a multiple of its block (one operation more at one length); a loop differs by tens.
+OPS_SLACK = 4
+
+
 def no_position_loop(reference_ops: int) -> Property:
-    """As many torch operations at both lengths, and at most `ops_cap(reference_ops)` of them.
+    """As many torch operations at both lengths (up to OPS_SLACK), and at most
+    `ops_cap(reference_ops)` of them.
 
     Equal counts catch a loop along the sequence; the cap catches one whose count is made equal
     with operations that do no work (more of them at the short length). The reference's count
@@ -102,7 +108,7 @@ def no_position_loop(reference_ops: int) -> Property:
         if isinstance(counts := _counts(out, OPS_SHORT, OPS_LONG), str):
             return counts
         (short, long), (t_short, t_long) = counts, case.inputs["lengths"]
-        if short != long:
+        if abs(long - short) > OPS_SLACK:
             why = (
                 "a Python loop walks along the sequence"
                 if long > short
@@ -112,10 +118,10 @@ def no_position_loop(reference_ops: int) -> Property:
                 f"your code issues {short} torch operations at T={t_short} and {long} at T={t_long}: {why}. "
                 "Handle every position in the same few tensor operations (pad, unfold, einsum), whatever T is"
             )
-        if short > cap:
+        if max(short, long) > cap:
             return (
-                f"your code issues {short} torch operations at T={t_short} and at T={t_long}, more than "
-                f"{cap}: a vectorised answer needs about {reference_ops}. A loop, or operations that do "
+                f"your code issues {short} torch operations at T={t_short} and {long} at T={t_long}, more "
+                f"than {cap}: a vectorised answer needs about {reference_ops}. A loop, or operations that do "
                 "nothing but count, issues the others. Handle every position in the same few tensor "
                 "operations (pad, unfold, einsum)"
             )

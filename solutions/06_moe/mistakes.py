@@ -451,8 +451,8 @@ MISTAKES = {
     "06.moe_routing": [
         Mistake(
             "softmax over all E logits, then the top K probabilities, not renormalised",
-            "the K weights must sum to 1: divide the top K probabilities by their sum (Hugging Face's order), or "
-            f"take the softmax of the top K logits only: {ROUTE}.",
+            "in this question (Mixtral's convention) the K weights sum to 1: divide the top K probabilities by "
+            f"their sum (Hugging Face's order), or take the softmax of the top K logits only: {ROUTE}.",
             NotRenormalised,
         ),
         Mistake(
