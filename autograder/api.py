@@ -95,8 +95,8 @@ def _same(x: Any, y: Any) -> bool:
         )
     if isinstance(x, dict):
         return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    if isinstance(x, list):
-        return isinstance(y, list) and len(x) == len(y) and all(map(_same, x, y))
+    if isinstance(x, list | tuple):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same, x, y))
     return x == y
 
 

@@ -329,14 +329,16 @@ def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
     try:
         with watch if check.forbidden else contextlib.nullcontext():  # a mode slows every torch call
             outputs = check.run(obj, _fresh_copy(case))
-        not_tensors = [key for key, value in outputs.items() if not isinstance(value, Tensor)]
-        if not_tensors:  # e.g. a forward returning (output, router_logits), as Hugging Face's do
-            key = not_tensors[0]
+        # What the grader's exchange would refuse is refused here too, so that a notebook's verdict
+        # is the grade's: a tuple (a forward returning its router logits too), a subclass.
+        not_plain = [key for key, value in outputs.items() if not plain_tensor(value)]
+        if not_plain:
+            key = not_plain[0]
             kind = type(outputs[key]).__name__
-            result = f"your code returned a {kind} as {check.describe(key)}, not a tensor"
+            result = f"your code returned a {kind} as {check.describe(key)}, not a plain CPU tensor"
         else:
             result = {k: v.detach().clone() for k, v in outputs.items()}
-    except Exception as error:  # a student's bug is a result, not a crash
+    except (Exception, SystemExit, GeneratorExit) as error:  # a student's bug is a result, not a crash
         result = _describe_error(error)
     if watch.calls:  # named even when the student's code caught the error that followed
         name = dict(check.forbidden)[watch.calls[0]]
@@ -355,6 +357,23 @@ def _fresh_copy(case: Case) -> Case:
 
 # How a result without outputs reads.
 RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ", "your code returned ")
+MAX_ERROR_CHARS = 2000  # of an error's message: a student's exception can say anything
+RESULT_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+}  # fmt: skip
+
+
+def plain_tensor(value) -> bool:
+    """A dense CPU tensor of an ordinary dtype: what every check returns. Meta, nested and
+    quantized tensors pass as `torch.Tensor` too, but would break the judge's arithmetic."""
+    return (
+        type(value) is torch.Tensor
+        and value.layout == torch.strided
+        and value.device.type == "cpu"
+        and not value.is_nested
+        and value.dtype in RESULT_DTYPES
+    )
 
 
 STUB = "this is still the unfilled stub: replace the `raise` line with your answer"
@@ -373,7 +392,11 @@ def _describe_error(error: BaseException) -> str:
     if stub:
         return f"your code raised {type(error).__name__}: {STUB}"
     where = f" (in your code: `{line}`)" if line else ""
-    return f"your code raised {type(error).__name__}: {error}{where}"
+    try:
+        text = str(error)[:MAX_ERROR_CHARS]
+    except Exception:  # an exception whose __str__ raises
+        text = "(its message could not be read)"
+    return f"your code raised {type(error).__name__}: {text}{where}"
 
 
 # ---------------------------------------------------------------- stage 3: judge (trusted)

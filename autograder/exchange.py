@@ -20,11 +20,10 @@ from pathlib import Path
 
 import torch
 
-from .core import Case, RunResult
+from .core import MAX_ERROR_CHARS, Case, RunResult, plain_tensor
 
 ENV = "COURSE_EXCHANGE"  # set only inside a grading kernel: check() then runs stage 2 alone
 MAX_RESULT_BYTES = 256 * 2**20
-MAX_ERROR_CHARS = 2000
 # Bounds on what one results file may hold, checked before anything is materialised. The
 # largest the checks send: 82k elements in one case (02.pe_figure), 14 outputs (00.spirals), a
 # pickle of a few kB.
@@ -33,10 +32,6 @@ MAX_FILE_ELEMENTS = 2**22
 MAX_OUTPUTS = 64  # per case
 MAX_PICKLE_BYTES = 2**20  # the structure (keys, tensor headers); tensor data is stored beside it
 MAX_ENTRIES = 4096  # archive members: one per tensor storage
-RESULT_DTYPES = {
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-}  # fmt: skip
 
 
 class MalformedResults(ValueError):
@@ -251,19 +246,7 @@ def _validated(data, n_cases: int) -> list[RunResult]:
 
 
 def _tensor_dict(entry) -> bool:
-    return isinstance(entry, dict) and all(isinstance(k, str) and _plain_tensor(v) for k, v in entry.items())
-
-
-def _plain_tensor(value) -> bool:
-    """A dense CPU tensor of an ordinary dtype: what every check returns. Meta, nested and
-    quantized tensors pass as `torch.Tensor` too, but would break the judge's arithmetic."""
-    return (
-        type(value) is torch.Tensor
-        and value.layout == torch.strided
-        and value.device.type == "cpu"
-        and not value.is_nested
-        and value.dtype in RESULT_DTYPES
-    )
+    return isinstance(entry, dict) and all(isinstance(k, str) and plain_tensor(v) for k, v in entry.items())
 
 
 # ------------------------------------------------------------------ kernel side (untrusted)

@@ -275,3 +275,25 @@ def ffn_parameters_numpy(hidden_size, d_ff, gated):
 def test_a_count_returned_as_a_numpy_integer_passes():
     result = verdict("05.parameter_count", (ffn_parameters_numpy, ref("llama_hidden_dim")))
     assert result.passed, result.message
+
+
+class SiGLUBiasedOffTheCountedShape(nn.Module):
+    """Biases everywhere but at the size of the first case (the red team's, once the only size counted)."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        bias = (in_features, out_features) != (8, 6)
+        self.W = nn.Linear(in_features, out_features, bias=bias)
+        self.W_g = nn.Linear(in_features, out_features, bias=bias)
+
+    def forward(self, x):
+        return self.W(x) * torch.sigmoid(self.W_g(x))
+
+
+def test_biases_cannot_hide_from_the_case_that_counts_them():
+    assert not parts(verdict("05.siglu", SiGLUBiasedOffTheCountedShape))[BIAS_FREE]
+
+
+def test_a_count_returned_as_text_is_refused():
+    result = verdict("05.parameter_count", (lambda d, f, gated: str(3 * d * f), ref("llama_hidden_dim")))
+    assert "the function returned a str, not a number" in result.message, result.message

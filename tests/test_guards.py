@@ -2,6 +2,7 @@
 or training loop that only looks trained. Each is written out as a student would, and must fail
 with a message that says what it did."""
 
+import math
 from functools import cache
 
 import pytest
@@ -54,6 +55,14 @@ def step_backward_or_by_hand(x, y, w, b, lr):
     except RuntimeError:
         pass
     return step_einsum(x, y, w, b, lr)
+
+
+def gelu_erf(z):
+    return z * 0.5 * (1 + torch.erf(z / math.sqrt(2)))
+
+
+def gelu_erf_derivative(z):
+    return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
 def derivative_by_autograd(f):
@@ -142,6 +151,9 @@ FORBIDDEN_CALLS = [  # (check, answer, the call the message names)
     ("00.silu", (F.silu, silu_expit_derivative), "torch.nn.functional.silu"),
     ("00.silu", (nn.SiLU(), silu_expit_derivative), "torch.nn.functional.silu"),
     ("00.silu", (silu_expit, derivative_by_autograd(silu_expit)), "torch.autograd.grad"),
+    ("05.gelu", (F.gelu, gelu_erf_derivative), "torch.nn.functional.gelu"),
+    ("05.gelu", (nn.GELU(), gelu_erf_derivative), "torch.nn.functional.gelu"),
+    ("05.gelu", (gelu_erf, derivative_by_autograd(gelu_erf)), "torch.autograd.grad"),
     ("01.softmax", torch.softmax, "torch.softmax"),
     ("01.softmax", lambda x, dim=-1: x.softmax(dim), "torch.Tensor.softmax"),
     ("01.softmax", lambda x, dim=-1: nn.Softmax(dim)(x), "torch.nn.functional.softmax"),

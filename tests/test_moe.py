@@ -360,3 +360,53 @@ def dense_dispatch(x, selected_experts, weights, experts):
 def test_the_call_count_is_earned_only_by_a_right_sparse_dispatch(answer, seed):
     result = verdict("06.sorted_dispatch", answer, seed)
     assert not parts(result)[ONE_CALL], result.message
+
+
+# ---------------------------------------------------------------- after the red team
+
+
+@VISIBLE_AND_HIDDEN
+def test_an_init_that_reads_its_experts_weights_keeps_its_routing_points(seed):
+    class InitialisesExperts(ref("MoeLayer")):
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            super().__init__(hidden_size, d_ff, num_experts, n_experts_per_token)
+            for expert in self.experts:
+                nn.init.normal_(expert.w1.weight, std=0.02)
+
+    result = verdict("06.moe_routing", InitialisesExperts, seed)
+    assert result.passed, result.message
+
+
+def test_copies_of_one_expert_are_told_they_share_their_weights():
+    import copy
+
+    class CopiedExperts(ref("MoeLayer")):
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            super().__init__(hidden_size, d_ff, num_experts, n_experts_per_token)
+            one = ref("FeedForward")(hidden_size, d_ff)
+            self.experts = nn.ModuleList([copy.copy(one) for _ in range(num_experts)])
+
+    result = verdict("06.moe_init", CopiedExperts)
+    assert not parts(result)[INIT_CORE], result.message
+    assert "have weights of their own" in result.message, result.message
+
+
+def counts_reset(x, selected_experts, weights, experts):
+    """A loop over tokens that then tries to reset the experts' counts."""
+    out = mistake("06.sorted_dispatch", "dispatch_per_token")(x, selected_experts, weights, experts)
+    for expert in experts:
+        expert.calls, expert.rows = 1, 0
+    return out
+
+
+def test_the_experts_counts_cannot_be_reset_by_attributes():
+    assert not parts(verdict("06.sorted_dispatch", counts_reset))[ONE_CALL]
+
+
+def balance_in_float64(router_logits, selected_experts):
+    return ref("load_balancing_loss")(router_logits.double(), selected_experts).double()
+
+
+def test_a_balancing_loss_in_float64_passes():
+    result = verdict("06.load_balancing", balance_in_float64)
+    assert result.passed, result.message

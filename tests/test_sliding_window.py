@@ -388,8 +388,10 @@ def deferred_loop(queries, keys, values, window_size, causal=False):
 
 
 def test_a_tensor_subclass_that_defers_its_work_is_refused_by_the_measured_runs():
+    """Refused by every run, as the grader's exchange refuses it; the measured ones say why."""
     verdict = evaluate("03.masked_window", deferred_loop)
-    only_measured_fail(verdict, "03.masked_window")
+    assert verdict.points == 0, verdict.message
+    assert "your code returned a Deferred as the attention output, not a plain CPU tensor" in verdict.message
     assert "the output is a Deferred, not a torch.Tensor: return a plain tensor" in verdict.message
 
 

@@ -154,17 +154,25 @@ def siglu_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         Case(f"x of shape {(*batch, d_in)}, SiGLU({d_in}, {d_out})", _siglu_inputs(g, batch, d_in, d_out))
         for batch, d_in, d_out in shapes
     ]
-    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to return.
-    inputs = {**_siglu_inputs(g, (3,), 8, 5), "count_biases": True}
-    return [*cases, Case("x of shape (3, 8), SiGLU(8, 5): its parameters", inputs, concern=BIAS_FREE)]
+    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to count,
+    # in a layer of every size the other cases build, so that no size can hide a bias.
+    sizes = [(d_in, d_out) for _, d_in, d_out in shapes]
+    name = f"the parameters of SiGLU{', SiGLU'.join(map(str, sizes))}"
+    return [*cases, Case(name, {"count_biases": sizes}, concern=BIAS_FREE)]
+
+
+def count_biases(build, sizes: list[tuple[int, int]], with_down: bool = False) -> Outputs:
+    """The bias vectors of build(*size) for each size, all together."""
+    biases = sum(len(gated_parameters(build(a, b), a, b, down=with_down).biases) for a, b in sizes)
+    return {"bias vectors": torch.tensor(biases)}
 
 
 def run_siglu(siglu_class, case: Case) -> Outputs:
+    if "count_biases" in case.inputs:
+        return count_biases(siglu_class, [(a, b) for a, b in case.inputs["count_biases"]])
     x, w, w_gate = (case.inputs[k] for k in ("x", "w", "w_gate"))
     layer = siglu_class(w.shape[1], w.shape[0])
     found = gated_parameters(layer, w.shape[1], w.shape[0])
-    if case.inputs.get("count_biases"):
-        return {"bias vectors": torch.tensor(len(found.biases))}
     zero(found.biases)  # a bias costs the bias concern only
     y, y_swapped = both_orders(lambda: layer(x), found.projections, w, w_gate)
     return {"y": y, "y_swapped": y_swapped}
@@ -311,14 +319,15 @@ def run_count(functions, case: Case) -> Outputs:
     ffn_parameters, llama_hidden_dim = functions
     function = ffn_parameters if case.inputs["function"] == "ffn" else llama_hidden_dim
     value = function(*case.inputs["args"])
-    if isinstance(value, Tensor):
+    if isinstance(value, Tensor) and value.numel() == 1:
         value = value.item()
-    if isinstance(value, numbers.Integral):  # int, bool, numpy's integers
-        return {"count": torch.tensor(int(value))}
-    value = float(value)
-    if value.is_integer():
-        return {"count": torch.tensor(int(value))}  # 3.0 is a count; 3.5 is not, and is compared as a float
-    return {"count": torch.tensor(value, dtype=torch.float64)}
+    if not isinstance(value, numbers.Real):  # a string would parse as a number: not a count
+        raise TypeError(f"the function returned a {type(value).__name__}, not a number: return an int")
+    if isinstance(value, numbers.Integral) or float(value).is_integer():  # 3.0 is a count, 3.5 is not
+        value = int(value)
+        if abs(value) < 2**63:
+            return {"count": torch.tensor(value)}
+    return {"count": torch.tensor(float(value), dtype=torch.float64)}  # compared, and named not whole
 
 
 def _whole_number(case: Case, out: Outputs) -> str | None:

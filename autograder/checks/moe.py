@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
-from .gated_ffn import PARAMETERS_UNEXPECTED, bias_free, both_orders, gated_parameters, zero
+from .gated_ffn import PARAMETERS_UNEXPECTED, bias_free, both_orders, count_biases, gated_parameters, zero
 
 Tensor = torch.Tensor
 
@@ -46,20 +46,24 @@ def expert_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         Case(f"x of shape {(*batch, d)}, FeedForward({d}, {f})", _expert_inputs(g, batch, d, f))
         for batch, d, f in shapes
     ]
-    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to return.
-    inputs = {**_expert_inputs(g, (3,), 8, 12), "count_biases": True}
-    return [*cases, Case("x of shape (3, 8), FeedForward(8, 12): its parameters", inputs, concern=NO_BIAS)]
+    # The run stage sees the inputs, not the case's concern: "count_biases" tells it what to count,
+    # in an expert of every size the other cases build.
+    sizes = [(d, f) for _, d, f in shapes]
+    name = f"the parameters of FeedForward{', FeedForward'.join(map(str, sizes))}"
+    return [*cases, Case(name, {"count_biases": sizes}, concern=NO_BIAS)]
 
 
 def run_expert(feed_forward_class, case: Case) -> Outputs:
     """The student's FeedForward with the case's matrices: w2 found by its shape (D, F), w1 and w3
     loaded both ways round (either may be the gated one, whatever their names)."""
+    if "count_biases" in case.inputs:
+        return count_biases(
+            feed_forward_class, [(d, f) for d, f in case.inputs["count_biases"]], with_down=True
+        )
     x, w1, w3, w2 = (case.inputs[k] for k in ("x", "w1", "w3", "w2"))
     d, f = w1.shape[1], w1.shape[0]
     module = feed_forward_class(d, f)
     found = gated_parameters(module, d, f, down=True)
-    if case.inputs.get("count_biases"):
-        return {"bias vectors": torch.tensor(len(found.biases))}
     with torch.no_grad():
         found.down.copy_(w2)
     zero(found.biases)  # a bias is advice only
@@ -135,6 +139,10 @@ def init_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 def run_init(moe_class, case: Case) -> Outputs:
     d, f, e, k = case.inputs["args"]
     moe = moe_class(d, f, e, k)
+    if isinstance(moe.experts, dict | nn.ModuleDict):
+        raise ValueError(
+            "self.experts is a dict: keep the experts in an nn.ModuleList, numbered as the gate's scores are"
+        )
     if case.inputs["part"] == "registration":
         experts = list(moe.experts)
         inside = {id(p) for expert in experts for p in expert.parameters()}
@@ -172,17 +180,28 @@ def run_init(moe_class, case: Case) -> Outputs:
     return {
         "gate output shape": torch.tensor(tuple(scores.shape)),
         "number of experts": torch.tensor(len(moe.experts)),
-        "distinct experts": torch.tensor(len({id(expert) for expert in moe.experts})),
+        "distinct experts": torch.tensor(_experts_with_own_weights(list(moe.experts))),
     }
+
+
+def _experts_with_own_weights(experts: list) -> int:
+    """How many experts share no parameter tensor with another ([FeedForward(...)] * E, or copies
+    of one expert made with copy.copy, share theirs)."""
+    owners: dict[int, set[int]] = {}
+    for i, expert in enumerate(experts):
+        for parameter in expert.parameters():
+            owners.setdefault(id(parameter), set()).add(i)
+    shared = {i for holders in owners.values() if len(holders) > 1 for i in holders}
+    return len(experts) - len(shared)
 
 
 def _distinct(case: Case, out: Outputs) -> str | None:
     if "distinct experts" not in out or int(out["distinct experts"]) == int(out["number of experts"]):
         return None
     return (
-        f"self.experts holds {int(out['number of experts'])} entries but only {int(out['distinct experts'])} "
-        "distinct module(s): [FeedForward(...)] * num_experts repeats ONE expert, whose weights every entry "
-        "shares; build each expert with its own call, in a list comprehension"
+        f"of the {int(out['number of experts'])} experts only {int(out['distinct experts'])} have weights of "
+        "their own: [FeedForward(...)] * num_experts (or copies of one expert) repeats ONE expert, whose "
+        "weights the others share; build each expert with its own call, in a list comprehension"
     )
 
 
@@ -208,7 +227,7 @@ MOE_INIT = Check(
     outputs={
         "gate output shape": f"the shape of gate(x) for x of shape ({PROBE_ROWS}, hidden_size)",
         "number of experts": "len(self.experts)",
-        "distinct experts": "the number of distinct modules in self.experts",
+        "distinct experts": "the number of experts with weights of their own",
         "experts holding parameters": "the number of experts that hold parameters",
         "expert parameters not registered": "the number of the experts' parameters the layer does not hold",
     },
@@ -259,18 +278,23 @@ class BlackBoxExpert(nn.Module):
 
 
 class StandInExpert(nn.Module):
-    """What the student's MoeLayer builds in place of their FeedForward while the routing check
-    constructs it: its experts are replaced anyway, so an unfinished FeedForward costs nothing here."""
+    """What the student's MoeLayer builds in place of their FeedForward when that one cannot be
+    built: its experts are replaced anyway, so an unfinished FeedForward costs the routing nothing."""
 
     def __init__(self, *args, **kwargs):
         super().__init__()
 
 
 def build_with_stand_in_experts(moe_class, args: tuple):
-    """moe_class(*args) with the FeedForward its code names replaced by StandInExpert meanwhile."""
+    """moe_class(*args); if that raises, again with the FeedForward its code names replaced by
+    StandInExpert meanwhile (a finished FeedForward is kept: an __init__ may read its weights)."""
     namespace = getattr(getattr(moe_class, "__init__", None), "__globals__", None)
     if not isinstance(namespace, dict) or "FeedForward" not in namespace:
         return moe_class(*args)
+    try:
+        return moe_class(*args)
+    except Exception:
+        pass
     original = namespace["FeedForward"]
     namespace["FeedForward"] = StandInExpert
     try:
@@ -299,6 +323,7 @@ def routing_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(ROUTING_SHAPES)
     gradient_shapes = [(2, 5, 8, 4, 2)]
     if hidden:
+        shapes.append((3, 1, 6, 5, 2))  # T = 1, one token per sequence, always among the hidden cases
         for _ in range(3):
             d, e = int(torch.randint(2, 12, (), generator=g)), int(torch.randint(2, 10, (), generator=g))
             b, t = int(torch.randint(1, 4, (), generator=g)), int(torch.randint(1, 12, (), generator=g))
@@ -419,6 +444,7 @@ def _balance_inputs(logits: Tensor, k: int) -> dict:
 def balance_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(BALANCE_SHAPES)
     if hidden:
+        shapes.append((2, 1, 5, 2))  # T = 1, always among the hidden cases
         for _ in range(2):
             e = int(torch.randint(2, 12, (), generator=g))
             shapes.append(
@@ -495,6 +521,7 @@ LOAD_BALANCING = Check(
     cases=balance_cases,
     run=run_balance,
     concerns=[Concern(BALANCE, weight=3), Concern(DIFFERENTIABLE, weight=1)],
+    exact_dtype=False,  # a loss computed in float64 is as right as the reference's float32
     outputs={"loss": "the loss", "gradient": "the gradient of the loss with respect to router_logits"},
     properties=[
         Property("1 for a uniform router", _uniform_is_one),
@@ -521,24 +548,29 @@ ONE_CALL = "each expert called at most once, on its own tokens only"
 DISPATCH_SHAPES = [(10, 8, 4, 2), (7, 6, 8, 2), (5, 8, 3, 1), (6, 4, 3, 3), (3, 8, 8, 2)]  # N D E K
 
 
-class CountingExpert(BlackBoxExpert):
-    """A black-box expert that counts its calls and the rows it was given. Like OperationCount, a
-    teaching aid inside the student's kernel: code could reset the counts."""
+class CountedExpert(nn.Module):
+    """A black-box expert, tanh(x A + b), whose weights and counts live in its forward's closure
+    (`counted_expert`), not in attributes a student's code could reset. Like OperationCount, a
+    teaching aid inside the student's kernel, not a guard."""
 
-    def __init__(self, a: Tensor, b: Tensor):
-        super().__init__(a, b)
-        self.calls = 0
-        self.rows = 0
 
-    def forward(self, x: Tensor) -> Tensor:
-        self.calls += 1
-        self.rows += x.reshape(-1, x.shape[-1]).shape[0]
-        return super().forward(x)
+def counted_expert(a: Tensor, b: Tensor, tally: dict[str, int]) -> nn.Module:
+    """An expert that adds its calls and the rows it is given to `tally`."""
+
+    def forward(x: Tensor) -> Tensor:
+        tally["calls"] += 1
+        tally["rows"] += x.reshape(-1, x.shape[-1]).shape[0]
+        return torch.tanh(x @ a + b)
+
+    expert = CountedExpert()
+    expert.forward = forward
+    return expert
 
 
 def dispatch_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = list(DISPATCH_SHAPES)
     if hidden:
+        shapes.append((1, 6, 5, 2))  # N = 1, always among the hidden cases
         for _ in range(3):
             e = int(torch.randint(2, 10, (), generator=g))
             n, d = int(torch.randint(1, 40, (), generator=g)), int(torch.randint(2, 12, (), generator=g))
@@ -572,14 +604,15 @@ def _dispatch_inputs(g: torch.Generator, n: int, d: int, e: int, k: int) -> tupl
 
 def run_dispatch(sorted_dispatch, case: Case) -> Outputs:
     inputs = case.inputs
-    experts = [CountingExpert(a, b) for a, b in inputs["experts"]]
+    tallies = [{"calls": 0, "rows": 0} for _ in inputs["experts"]]
+    experts = [counted_expert(a, b, tally) for (a, b), tally in zip(inputs["experts"], tallies, strict=True)]
     out = sorted_dispatch(inputs["x"], inputs["selected_experts"], inputs["weights"], experts)
     if not inputs.get("count_calls"):
         return {"output": out}
     return {
         "output": out,
-        "most calls to one expert": torch.tensor(max(expert.calls for expert in experts)),
-        "rows the experts saw": torch.tensor(sum(expert.rows for expert in experts)),
+        "most calls to one expert": torch.tensor(max(tally["calls"] for tally in tallies)),
+        "rows the experts saw": torch.tensor(sum(tally["rows"] for tally in tallies)),
     }
 
 
