@@ -360,7 +360,7 @@ def test_nbgrader_tools_work_on_the_merged_course(graded):
         if row["status"] != "failed":
             # nbgrader sums the cells' partial credit in floats (9.799999999999999 for 9.8)
             # nbgrader keeps 6 decimals (6.666666), the grades CSV 6 significant digits (6.66667).
-            assert float(exported[key]["score"]) == pytest.approx(float(row["score"]), abs=1e-5), key
+            assert float(exported[key]["score"]) == pytest.approx(float(row["score"]), rel=1e-5), key
             assert float(exported[key]["max_score"]) == float(row["max_score"]), key
     feedback = [str(nbgrader), "generate_feedback", "07_rmsnorm", "--student=untouched", "--force"]
     assert subprocess.run(feedback, cwd=out / "course", capture_output=True).returncode == 0
