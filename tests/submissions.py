@@ -1,7 +1,9 @@
 """Synthetic submissions made from the release and the reference: the students of the tests."""
 
+import ast
 import hashlib
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 import nbformat
@@ -54,6 +56,25 @@ def mutant(assignment: str, answer_id: str, target: str | tuple[str, ...], impl)
     assignments = "".join(f"{name} = {obj.__name__}\n" for name, obj in zip(names, impls, strict=True))
     answer = solution_sources(assignment)[answer_id]
     return with_answer(perfect(assignment), answer_id, f"{answer}\n\n{module_source}\n{assignments}")
+
+
+@cache
+def names_the_notebook_binds(assignment: str) -> frozenset[str]:
+    """Every name a code cell of the source notebook binds at its top level, locked cells included:
+    `mutant` pastes mistakes.py into an answer cell, and the cells after it run too."""
+    notebook = nbformat.read(source_notebook(assignment), as_version=4)
+    names = set()
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.ClassDef) and node.col_offset == 0:
+                names.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(names)
 
 
 def namespace(notebook: nbformat.NotebookNode) -> dict:

@@ -5,11 +5,8 @@ linears of the wrong shape, GPT-2's tanh GELU, a parameter count returned as a f
 Key: D input features (hidden_size), F hidden features (d_ff).
 """
 
-import ast
 import math
-from functools import cache
 
-import nbformat
 import numpy as np
 import pytest
 import torch
@@ -19,7 +16,8 @@ import torch.nn.functional as F
 from autograder import evaluate, reference
 from autograder.checks.gated_ffn import BIAS_FREE, FFN_COUNT, LLAMA_DIM, SIGLU_CORE, VARIANT_CONCERNS
 from autograder.core import TOLERANCES
-from autograder.paths import source_notebook
+
+from .submissions import names_the_notebook_binds
 
 ASSIGNMENT = "05_gated_ffn"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -239,32 +237,13 @@ def test_a_hidden_dim_left_a_float_fails():
 # ---------------------------------------------------------------------- the mistakes file
 
 
-@cache
-def names_the_notebook_binds() -> set[str]:
-    """Every name a code cell of the notebook binds at its top level, locked cells included: a
-    mutant submission pastes mistakes.py into an answer cell, and the cells after it run too."""
-    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
-    names = set()
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, ast.FunctionDef | ast.ClassDef) and node.col_offset == 0:
-                names.add(node.name)
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return names
-
-
 def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """Only the imports may be shared (the same modules); a shared answer name (gelu, SiGLU) would
     replace the notebook's, and a shared variable (x, relu, swiglu) would be rebound under the
     mistakes' feet by a later cell."""
     module = reference._mistakes_module(ASSIGNMENT)
     notebook = reference.namespace(ASSIGNMENT)
-    shared = {name for name in vars(module) if name in names_the_notebook_binds()}
+    shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
 
 

@@ -6,10 +6,8 @@ router, a detached router.
 Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per token.
 """
 
-import ast
 import json
 import re
-from functools import cache
 
 import nbformat
 import pytest
@@ -33,6 +31,8 @@ from autograder.checks.moe import (
 )
 from autograder.core import TOLERANCES
 from autograder.paths import REPO, source_notebook
+
+from .submissions import names_the_notebook_binds
 
 ASSIGNMENT = "06_moe"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -223,32 +223,13 @@ def test_a_detached_router_loses_only_the_gradient(name, impl, right, wrong, see
 # ---------------------------------------------------------------------- the mistakes file
 
 
-@cache
-def names_the_notebook_binds() -> set[str]:
-    """Every name a code cell of the notebook binds at its top level, locked cells included: a
-    mutant submission pastes mistakes.py into an answer cell, and the cells after it run too."""
-    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
-    names = set()
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, ast.FunctionDef | ast.ClassDef) and node.col_offset == 0:
-                names.add(node.name)
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return names
-
-
 def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """Only the imports may be shared (the same modules); a shared answer name (FeedForward,
     MoeLayer) would replace the notebook's, and a shared variable (x, moe, routing) would be
     rebound under the mistakes' feet by a later cell."""
     module = reference._mistakes_module(ASSIGNMENT)
     notebook = reference.namespace(ASSIGNMENT)
-    shared = {name for name in vars(module) if name in names_the_notebook_binds()}
+    shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
 
 
