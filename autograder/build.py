@@ -4,6 +4,8 @@
                               hidden tests removed, no outputs, no widget state
     images/<name>.png         the output of each solution cell tagged `image:<name>.png`
     autograder/expected/*.pt  the visible cases of each check with the reference's outputs
+    autograder/data/course_model.pt
+                              the model notebook 08 trains and notebook 10 inspects (about a minute)
 
 `build(out)` writes them under another root so that a test can compare them with the
 committed files (`stale_files`).
@@ -17,15 +19,16 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import torch
 from nbclient import NotebookClient
 from nbgrader.apps import NbGraderAPI
 from traitlets.config import Config
 
-from . import api
+from . import api, language_model
 from .checks import CHECKS
 from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
 from .playground import one_thread
-from .reference import assignment_of
+from .reference import assignment_of, namespace
 
 # Files next to a source notebook that stay on the instructor's side.
 INSTRUCTOR_ONLY = ["mistakes.py"]
@@ -111,13 +114,16 @@ def figures(notebook: nbformat.NotebookNode) -> dict[str, bytes]:
     return found
 
 
-def build(root: Path = REPO, only: list[str] | None = None) -> None:
+def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool = True) -> None:
     """Regenerate notebooks/, images/ and the expected visible outputs under `root`, for every
-    assignment or only the named ones (a quicker loop while writing one notebook)."""
+    assignment or only the named ones (a quicker loop while writing one notebook), and the course's
+    checkpoint with notebook 08 unless `checkpoint` is False (the notebook reads the committed one)."""
     chosen = only or assignments()
     known = assignments()
     if unknown := sorted(set(chosen) - set(known)):
         raise SystemExit(f"no assignment {', '.join(unknown)} in solutions/; known: {', '.join(known)}")
+    if checkpoint and CHECKPOINT_SOURCE in chosen:
+        write_checkpoint(root / language_model.CHECKPOINT.relative_to(REPO))
     # First the visible cases, which the solution notebooks' checks read; on one thread, so that
     # the stored outputs do not depend on the machine's core count (reductions split by thread).
     with one_thread():
@@ -130,6 +136,20 @@ def build(root: Path = REPO, only: list[str] | None = None) -> None:
     for assignment in chosen:
         for name, png in figures(execute_source(assignment)).items():
             (images / name).write_bytes(png)
+
+
+CHECKPOINT_SOURCE = "08_transformer"  # the notebook whose Transformer the checkpoint holds
+
+
+def write_checkpoint(path: Path) -> None:
+    """Train the course's model with the reference's Transformer (one thread: the same bytes on
+    every run of one machine) and save it, tensors and plain values only (torch.load(...,
+    weights_only=True) reads it)."""
+    transformer = namespace(CHECKPOINT_SOURCE)["Transformer"]
+    with one_thread():
+        contents = language_model.train_course_model(transformer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(contents, path)
 
 
 def stale_files(root: Path) -> list[str]:

@@ -180,19 +180,19 @@ def run_init(moe_class, case: Case) -> Outputs:
     return {
         "gate output shape": torch.tensor(tuple(scores.shape)),
         "number of experts": torch.tensor(len(moe.experts)),
-        "distinct experts": torch.tensor(_experts_with_own_weights(list(moe.experts))),
+        "distinct experts": torch.tensor(modules_with_own_weights(list(moe.experts))),
     }
 
 
-def _experts_with_own_weights(experts: list) -> int:
-    """How many experts share no parameter tensor with another ([FeedForward(...)] * E, or copies
-    of one expert made with copy.copy, share theirs)."""
+def modules_with_own_weights(modules: list) -> int:
+    """How many modules share no parameter tensor with another ([FeedForward(...)] * E, or copies
+    of one module made with copy.copy, share theirs)."""
     owners: dict[int, set[int]] = {}
-    for i, expert in enumerate(experts):
-        for parameter in expert.parameters():
+    for i, module in enumerate(modules):
+        for parameter in module.parameters():
             owners.setdefault(id(parameter), set()).add(i)
     shared = {i for holders in owners.values() if len(holders) > 1 for i in holders}
-    return len(experts) - len(shared)
+    return len(modules) - len(shared)
 
 
 def _distinct(case: Case, out: Outputs) -> str | None:
@@ -277,30 +277,33 @@ class BlackBoxExpert(nn.Module):
         return torch.tanh(x @ self.a + self.b)
 
 
-class StandInExpert(nn.Module):
-    """What the student's MoeLayer builds in place of their FeedForward when that one cannot be
-    built: its experts are replaced anyway, so an unfinished FeedForward costs the routing nothing."""
+class StandIn(nn.Module):
+    """What a student's class builds in place of one of its parts (an expert, a block's attention)
+    when that part cannot be built: the check replaces the part anyway, so an unfinished part costs
+    the question that only wires it nothing."""
 
     def __init__(self, *args, **kwargs):
         super().__init__()
 
 
-def build_with_stand_in_experts(moe_class, args: tuple):
-    """moe_class(*args); if that raises, again with the FeedForward its code names replaced by
-    StandInExpert meanwhile (a finished FeedForward is kept: an __init__ may read its weights)."""
-    namespace = getattr(getattr(moe_class, "__init__", None), "__globals__", None)
-    if not isinstance(namespace, dict) or "FeedForward" not in namespace:
-        return moe_class(*args)
+def build_with_stand_ins(cls, args: tuple, parts: tuple[str, ...]):
+    """cls(*args); if that raises, again with the classes and functions named in `parts`, as its
+    __init__ finds them, replaced by StandIn meanwhile (finished parts are kept when cls builds:
+    an __init__ may read their weights)."""
+    namespace = getattr(getattr(cls, "__init__", None), "__globals__", None)
+    named = [name for name in parts if isinstance(namespace, dict) and name in namespace]
+    if not named:
+        return cls(*args)
     try:
-        return moe_class(*args)
+        return cls(*args)
     except Exception:
         pass
-    original = namespace["FeedForward"]
-    namespace["FeedForward"] = StandInExpert
+    originals = {name: namespace[name] for name in named}
+    namespace.update(dict.fromkeys(named, StandIn))
     try:
-        return moe_class(*args)
+        return cls(*args)
     finally:
-        namespace["FeedForward"] = original
+        namespace.update(originals)
 
 
 def _routing_inputs(g: torch.Generator, b: int, t: int, d: int, e: int, k: int) -> dict:
@@ -358,7 +361,7 @@ def install_black_boxes(moe, inputs: dict) -> None:
 
 
 def run_routing(moe_class, case: Case) -> Outputs:
-    moe = build_with_stand_in_experts(moe_class, case.inputs["args"])
+    moe = build_with_stand_ins(moe_class, case.inputs["args"], ("FeedForward",))
     install_black_boxes(moe, case.inputs)
     out = moe(case.inputs["x"])
     if not isinstance(out, Tensor):

@@ -1,0 +1,261 @@
+"""Trusted support for notebook 08's language model: its text, a causal window, a training loop.
+
+Nothing here answers a question of the course. The text is generated (no download, no third-party
+text): sentences drawn from word lists written for this course by a small grammar with number
+agreement ("the cat sees" / "the cats see"), so that a model can learn words and agreement, which
+a bigram table cannot. Characters are the tokens.
+
+The homework's sliding window is centred: a token sees the tokens after it, which a next-token
+model must not. `make_causal` gives each block's attention Mistral's causal window instead, with
+the block's own projections and RoPE (its weights and parameter names unchanged). The same
+`train` loop trains the notebook's model, the course's checkpoint (`course build`) and, at
+grading time, the student's model in 08.training.
+
+Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window, V vocabulary.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .paths import REPO
+
+Tensor = torch.Tensor
+
+# ---------------------------------------------------------------------------------- the text
+
+SINGULAR = [
+    "the cat",
+    "the dog",
+    "a bird",
+    "my sister",
+    "the old man",
+    "our teacher",
+    "the farmer",
+    "a child",
+]
+PLURAL = ["the cats", "the dogs", "two birds", "my brothers", "the old men", "our teachers", "the farmers"]
+VERBS = [("sees", "see"), ("finds", "find"), ("likes", "like"), ("carries", "carry"), ("paints", "paint")]
+VERBS += [("follows", "follow"), ("watches", "watch"), ("feeds", "feed"), ("wants", "want")]
+OBJECTS = ["the red ball", "a green apple", "the river", "an old book", "the small boat", "a warm coat"]
+OBJECTS += ["the yellow kite", "some bread", "the blue door", "a wooden chair"]
+PLACES = ["in the garden", "near the house", "at the market", "under the bridge", "by the sea", "in town"]
+TIMES = ["every morning", "at night", "on sunday", "after lunch", "in winter", "today"]
+ALPHABET = "\n ,.abcdefghijklmnopqrstuvwxyz"  # every character the sentences use, in token order
+
+
+def sentence(generator: torch.Generator) -> str:
+    """One sentence: a subject, its verb (agreeing in number), an object, and a place or a time."""
+
+    def pick(words: list):
+        return words[int(torch.randint(len(words), (), generator=generator))]
+
+    plural = bool(torch.randint(2, (), generator=generator))
+    subject = pick(PLURAL if plural else SINGULAR)
+    verb = pick(VERBS)[plural]
+    ending = pick(PLACES if torch.randint(2, (), generator=generator) else TIMES)
+    if torch.randint(4, (), generator=generator) == 0:  # one in four: two clauses, each agreeing
+        other_plural = bool(torch.randint(2, (), generator=generator))
+        other = f"{pick(PLURAL if other_plural else SINGULAR)} {pick(VERBS)[other_plural]} {pick(OBJECTS)}"
+        return f"{subject} {verb} {pick(OBJECTS)} {ending}, and {other}.\n"
+    return f"{subject} {verb} {pick(OBJECTS)} {ending}.\n"
+
+
+def course_text(n_chars: int, seed: int) -> str:
+    """At least n_chars characters of sentences, the same for the same seed."""
+    generator = torch.Generator().manual_seed(seed)
+    parts, size = [], 0
+    while size < n_chars:
+        parts.append(sentence(generator))
+        size += len(parts[-1])
+    return "".join(parts)
+
+
+def encode(text: str) -> Tensor:
+    """Characters -> token ids (int64), one per character of ALPHABET."""
+    index = {c: i for i, c in enumerate(ALPHABET)}
+    return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+
+def decode(tokens) -> str:
+    return "".join(ALPHABET[int(t)] for t in tokens)
+
+
+# ------------------------------------------------------------------------------- baselines
+
+
+def unigram_loss(train: Tensor, held_out: Tensor, vocabulary_size: int) -> float:
+    """Cross-entropy (nats per token) on held_out of the training text's character frequencies."""
+    counts = torch.bincount(train, minlength=vocabulary_size).double() + 1  # add-one smoothing
+    log_p = (counts / counts.sum()).log()
+    return float(-log_p[held_out].mean())
+
+
+def bigram_loss(train: Tensor, held_out: Tensor, vocabulary_size: int) -> float:
+    """Cross-entropy on held_out of p(next | previous) counted on the training text (add-one)."""
+    pairs = train[:-1] * vocabulary_size + train[1:]
+    counts = torch.bincount(pairs, minlength=vocabulary_size**2).double().view(vocabulary_size, -1) + 1
+    log_p = (counts / counts.sum(-1, keepdim=True)).log()
+    return float(-log_p[held_out[:-1], held_out[1:]].mean())
+
+
+# -------------------------------------------------------------------------- a causal window
+
+
+class CausalWindowAttention(nn.Module):
+    """Mistral's causal sliding window on the projections and RoPE of a notebook-03 layer.
+
+    forward: x (B, T, D) -> (B, T, D). Query t attends to keys t - W + 1 .. t, with the layer's
+    per-head qkv split and its RoPE; equals F.scaled_dot_product_attention with a causal band mask.
+    The layer's qkv_linear, out and rope are held under the same names, so a state_dict saved
+    from the causal model loads into the centred one and back.
+    """
+
+    def __init__(self, attention: nn.Module):
+        super().__init__()
+        self.qkv_linear, self.out = attention.qkv_linear, attention.out
+        self.rope = getattr(attention, "rope", None)
+        self.num_heads, self.window_size = attention.num_heads, attention.window_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, D = x.shape
+        H, W = self.num_heads, self.window_size
+        qkv = self.qkv_linear(x).view(B, T, H, 3 * (D // H)).transpose(1, 2)  # (B, H, T, 3 * Dh)
+        queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
+        if self.rope is not None:
+            queries, keys = self.rope(queries, keys)
+        offset = torch.arange(T, device=x.device)[None, :] - torch.arange(T, device=x.device)[:, None]
+        visible = (offset <= 0) & (offset > -W)  # (T, T): key j - query i in (-W, 0]
+        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible)  # (B, H, T, Dh)
+        return self.out(context.transpose(1, 2).reshape(B, T, D))  # heads merged: (B, T, D)
+
+
+def make_causal(model: nn.Module) -> nn.Module:
+    """Give every block's attention (model.blocks[i].attention) the causal window; returns model."""
+    for block in model.blocks:
+        block.attention = CausalWindowAttention(block.attention)
+    return model
+
+
+# ---------------------------------------------------------------------------------- training
+
+
+def batches(
+    tokens: Tensor, batch_size: int, length: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """batch_size windows of length + 1 tokens at random offsets: inputs (B, T) and targets (B, T)."""
+    starts = torch.randint(len(tokens) - length, (batch_size,), generator=generator)
+    windows = torch.stack([tokens[s : s + length + 1] for s in starts.tolist()])  # (B, T + 1)
+    return windows[:, :-1], windows[:, 1:]
+
+
+def train(
+    model: nn.Module,
+    tokens: Tensor,
+    *,
+    steps: int,
+    batch_size: int,
+    length: int,
+    lr: float,
+    seed: int,
+    every: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """AdamW on next-token cross-entropy, the learning rate warmed up over the first tenth of the
+    steps and decayed to a tenth by a cosine; gradients clipped to norm 1. Returns each step's loss."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warmup = max(1, steps // 10)
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    model.train()
+    losses = []
+    for step in range(steps):
+        inputs, targets = batches(tokens, batch_size, length, generator)
+        logits = model(inputs)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if every is not None:
+            every(step, losses[-1])
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def held_out_loss(model: nn.Module, tokens: Tensor, length: int) -> float:
+    """Mean next-token cross-entropy over consecutive windows of held-out tokens."""
+    n = (len(tokens) - 1) // length
+    inputs = tokens[: n * length].view(n, length)
+    targets = tokens[1 : n * length + 1].view(n, length)
+    return float(F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()))
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module, prompt: str, n_chars: int, *, context: int, temperature: float = 0.8, seed: int = 0
+) -> str:
+    """prompt and n_chars sampled characters, each from softmax(logits / temperature) of the last
+    `context` characters (the model recomputes the whole window each time: notebook 09 caches it)."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = encode(prompt).tolist()
+    for _ in range(n_chars):
+        logits = model(torch.tensor([tokens[-context:]]))[0, -1]  # (V,)
+        probabilities = F.softmax(logits.float() / temperature, dim=-1)
+        tokens.append(int(torch.multinomial(probabilities, 1, generator=generator)))
+    return decode(tokens)
+
+
+# ------------------------------------------------------------------- the course's checkpoint
+
+# The model notebook 10 inspects, trained by `course build` for about a minute on 2 CPU cores.
+CHECKPOINT = REPO / "autograder" / "data" / "course_model.pt"
+COURSE_MODEL = {  # Transformer(**COURSE_MODEL), then make_causal
+    "vocabulary_size": len(ALPHABET),
+    "hidden_size": 64,
+    "num_heads": 4,
+    "window_size": 16,
+    "d_ff": 128,
+    "num_experts": 4,
+    "n_experts_per_token": 2,
+    "n_blocks": 2,
+    "max_seq_len": 64,
+}
+RECIPE = {"steps": 1200, "batch_size": 32, "length": 64, "lr": 3e-3, "seed": 0}
+TEXT_SEED, HELD_OUT_SEED = 0, 1  # the training text and the held-out text
+TEXT_CHARS, HELD_OUT_CHARS = 200_000, 20_000
+
+
+def train_course_model(transformer_class, steps: int | None = None) -> dict:
+    """Build, train and evaluate the course's model; returns the checkpoint's contents.
+
+    Deterministic for a seed on one machine and thread count (`course build` uses one thread);
+    another CPU may round differently and drift from the committed file (tests/test_transformer.py)."""
+    recipe = {**RECIPE, "steps": RECIPE["steps"] if steps is None else steps}
+    train_tokens = encode(course_text(TEXT_CHARS, TEXT_SEED))
+    held_out = encode(course_text(HELD_OUT_CHARS, HELD_OUT_SEED))
+    torch.manual_seed(recipe["seed"])
+    model = make_causal(transformer_class(**COURSE_MODEL))
+    losses = train(model, train_tokens, **recipe)
+    V = COURSE_MODEL["vocabulary_size"]
+    return {
+        "config": dict(COURSE_MODEL),
+        "recipe": recipe,
+        "alphabet": ALPHABET,
+        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "losses": torch.tensor(losses),
+        "held_out_loss": held_out_loss(model, held_out, recipe["length"]),
+        "unigram_loss": unigram_loss(train_tokens, held_out, V),
+        "bigram_loss": bigram_loss(train_tokens, held_out, V),
+    }
