@@ -14,6 +14,7 @@ import contextlib
 import functools
 import importlib
 import math
+import re
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -377,6 +378,25 @@ def plain_tensor(value) -> bool:
 
 
 STUB = "this is still the unfilled stub: replace the `raise` line with your answer"
+# The imports a notebook's code usually leans on, by the name a NameError reports.
+IMPORTS = {
+    "torch": "import torch",
+    "nn": "import torch.nn as nn",
+    "F": "import torch.nn.functional as F",
+    "Tensor": "from torch import Tensor",
+    "math": "import math",
+    "np": "import numpy as np",
+    "Optional": "from typing import Optional",
+}
+UNDEFINED_NAME = re.compile(r"name '(\w+)' is not defined")
+
+
+def missing_import(message: str) -> str:
+    """Advice for a NameError naming a module or type a cell forgot to import ("" otherwise)."""
+    found = UNDEFINED_NAME.search(message)
+    if found and found.group(1) in IMPORTS:
+        return f"; add `{IMPORTS[found.group(1)]}` at the top of the cell (an annotation needs it too)"
+    return ""
 
 
 def _describe_error(error: BaseException) -> str:
@@ -396,7 +416,8 @@ def _describe_error(error: BaseException) -> str:
         text = str(error)[:MAX_ERROR_CHARS]
     except Exception:  # an exception whose __str__ raises
         text = "(its message could not be read)"
-    return f"your code raised {type(error).__name__}: {text}{where}"
+    advice = missing_import(text) if isinstance(error, NameError) else ""
+    return f"your code raised {type(error).__name__}: {text}{where}{advice}"
 
 
 # ---------------------------------------------------------------- stage 3: judge (trusted)

@@ -162,9 +162,11 @@ def train(
     lr: float,
     seed: int,
     every: Callable[[int, float], None] | None = None,
+    stop_after: int | None = None,
 ) -> list[float]:
     """AdamW on next-token cross-entropy, the learning rate warmed up over the first tenth of the
-    steps and decayed to a tenth by a cosine; gradients clipped to norm 1. Returns each step's loss."""
+    steps and decayed to a tenth by a cosine; gradients clipped to norm 1. Returns each step's loss.
+    stop_after: run only the first steps of that schedule (a test replays the checkpoint's start)."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 10)
@@ -177,7 +179,7 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     model.train()
     losses = []
-    for step in range(steps):
+    for step in range(steps if stop_after is None else min(steps, stop_after)):
         inputs, targets = batches(tokens, batch_size, length, generator)
         logits = model(inputs)  # (B, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
@@ -237,17 +239,18 @@ TEXT_SEED, HELD_OUT_SEED = 0, 1  # the training text and the held-out text
 TEXT_CHARS, HELD_OUT_CHARS = 200_000, 20_000
 
 
-def train_course_model(transformer_class, steps: int | None = None) -> dict:
+def train_course_model(transformer_class, stop_after: int | None = None) -> dict:
     """Build, train and evaluate the course's model; returns the checkpoint's contents.
 
     Deterministic for a seed on one machine and thread count (`course build` uses one thread);
-    another CPU may round differently and drift from the committed file (tests/test_transformer.py)."""
-    recipe = {**RECIPE, "steps": RECIPE["steps"] if steps is None else steps}
+    another CPU may round differently and drift from the committed file (tests/test_course_model.py).
+    stop_after: only the first steps of the recipe."""
+    recipe = dict(RECIPE)
     train_tokens = encode(course_text(TEXT_CHARS, TEXT_SEED))
     held_out = encode(course_text(HELD_OUT_CHARS, HELD_OUT_SEED))
     torch.manual_seed(recipe["seed"])
     model = make_causal(transformer_class(**COURSE_MODEL))
-    losses = train(model, train_tokens, **recipe)
+    losses = train(model, train_tokens, **recipe, stop_after=stop_after)
     V = COURSE_MODEL["vocabulary_size"]
     return {
         "config": dict(COURSE_MODEL),

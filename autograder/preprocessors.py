@@ -15,6 +15,7 @@ grader keeps that log per submission.
 """
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -35,7 +36,7 @@ from traitlets import Bool, Integer, Unicode
 
 from . import api, clean, exchange
 from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
-from .core import Verdict
+from .core import UNDEFINED_NAME, Verdict, missing_import
 from .report import shown
 from .sandbox import SandboxedKernelManager, prepare_root
 
@@ -108,6 +109,7 @@ class JudgedExecute(Execute):
         self._broken: set[int] = set()  # cells that killed or hung a kernel: never run again
         self._kept_bytes = 0
         self._reasons: list[str] = []
+        self._errors: dict[int, str] = {}  # the first error of each cell that is not a test, as text
         self._sandbox: SandboxedKernelManager | None = None
         # short: Unix socket paths are limited
         self._root = Path(tempfile.mkdtemp(prefix="k-", dir=self.sandbox_parent or None))
@@ -299,22 +301,26 @@ class JudgedExecute(Execute):
                     label,
                     str(output.get("text") or output.get("data", "")),
                 )
-        cell.outputs = _outputs([self._verdict(label, n, h, cases, error, crash) for n, h, cases in calls])
+        cell.outputs = _outputs(
+            [self._verdict(label, index, n, h, cases, error, crash) for n, h, cases in calls]
+        )
         for cells in self._display_id_map.values():  # a later display update must not touch the verdicts
             cells.pop(index, None)
         self._judged.add(index)
 
-    def _verdict(self, label: str, name: str, hidden: bool, cases: list, error, crash: str | None) -> Verdict:
+    def _verdict(
+        self, label: str, index: int, name: str, hidden: bool, cases: list, error, crash: str | None
+    ) -> Verdict:
         """The judge's verdict on what the kernel sent for one check. Whatever the kernel sent
         costs at most this check: the grader's own failures on it are caught and logged here."""
         try:
-            return self._judged_verdict(label, name, hidden, cases, error, crash)
+            return self._judged_verdict(label, index, name, hidden, cases, error, crash)
         except Exception:
             details = traceback.format_exc()
             self.log.warning("[course] test cell %s: judging %s failed:\n%s", label, name, details)
             return _failure(name, hidden, "the grader could not judge the results of this test")
 
-    def _judged_verdict(self, label, name, hidden, cases, error, crash) -> Verdict:
+    def _judged_verdict(self, label, index, name, hidden, cases, error, crash) -> Verdict:
         folder = self._root / "exchange"
         try:
             results = exchange.read_results(folder, name, hidden, len(cases))
@@ -325,12 +331,15 @@ class JudgedExecute(Execute):
             if crash or self._stopped:
                 why = crash or self._stopped
             elif error is not None:
-                why = f"the cell raised {error.ename}: {error.evalue}"
+                cause = self._undefined(str(error.evalue), index)
+                why = f"the cell raised {error.ename}: {error.evalue}{cause}"
             else:
                 why = "`check` was redefined, patched or bypassed"
                 self.log.warning("[course] test cell %s: no results came back for %s: %s", label, name, why)
             return _failure(name, hidden, f"no results came back from this test: {why}")
         verdict = api.judge_results(name, cases, results, hidden=hidden)
+        if not verdict.passed and (cause := self._undefined(verdict.message, index)):
+            verdict = dataclasses.replace(verdict, message=verdict.message + cause)
         self.log.info("[course] %s", str(verdict).replace("\n", "\n    "))  # student text stays indented
         return verdict
 
@@ -340,10 +349,33 @@ class JudgedExecute(Execute):
             return
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         label = _label(cell, index)
+        if errors:
+            first = errors[0]
+            text = f"{shown(first.ename)}: {str(first.evalue)[: clean.MAX_ERROR_CHARS]}"
+            self._errors[index] = text + missing_import(str(first.evalue))
         for error in errors[:LOGGED_ERRORS]:  # an interrupt, then the time-out, say; a kernel can send many
             self.log.warning("[course] cell %s raised %s: %.200r", label, shown(error.ename), error.evalue)
         if len(errors) > LOGGED_ERRORS:
             self.log.warning("[course] cell %s raised %d more errors", label, len(errors) - LOGGED_ERRORS)
+
+    def _undefined(self, message: str, index: int) -> str:
+        """Why a name that `message` (an error's, a verdict's) reports as not defined is not: the
+        cell above that defines it stopped early (an import it lacks, say), or no cell defines it."""
+        found = UNDEFINED_NAME.search(message)
+        if found is None:
+            return ""
+        name = found.group(1)
+        defines = re.compile(rf"^(class|def)\s+{name}\b|^{name}\s*=", re.MULTILINE)
+        above = self.nb.cells[:index]
+        cells = [i for i, c in enumerate(above) if c.cell_type == "code" and defines.search(c.source)]
+        if not cells:
+            return f"\nNo cell above this test defines {name}."
+        if cells[-1] in self._errors:
+            where = _label(self.nb.cells[cells[-1]], cells[-1])
+            return (
+                f"\nThe cell that defines {name}, {where}, stopped before it did: {self._errors[cells[-1]]}"
+            )
+        return ""
 
 
 def _failure(name: str, hidden: bool, message: str) -> Verdict:

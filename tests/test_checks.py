@@ -14,7 +14,9 @@ import torch
 
 from autograder import CHECKS, CheckFailed, check, evaluate, reference
 from autograder.api import make_cases
-from autograder.core import run_stage
+from autograder.cells import grade_id
+from autograder.core import missing_import, run_stage
+from autograder.preprocessors import JudgedExecute
 
 from . import hardest_seeds
 from .alternatives import (
@@ -210,3 +212,40 @@ def test_editing_inputs_in_place_changes_no_case():
         ), case.name
     assert verdict("04.rope_forward", RoPEInPlace).passed
     assert verdict("04.rope_forward", RoPEInPlace, seed=1).passed
+
+
+def test_a_missing_import_is_named_in_the_verdict():
+    """An annotation naming `Tensor` in a class pasted without its import: the run stage says which
+    import to add."""
+
+    class NeedsTensor(RMSNormOneOverSqrt):
+        def forward(self, x):
+            return Tensor(x)  # noqa: F821 - the name the cell forgot to import
+
+    message = verdict("07.rmsnorm", NeedsTensor).message
+    assert "NameError: name 'Tensor' is not defined" in message
+    assert "add `from torch import Tensor` at the top of the cell" in message
+
+
+def test_the_grader_names_the_cell_that_left_a_name_undefined():
+    """A test whose name (or a part its answer uses) is not defined: the grader names the cell above
+    that should have defined it and the error that stopped it, with the import it lacks."""
+    notebook = release("08_transformer")
+    index = {grade_id(c): i for i, c in enumerate(notebook.cells)}
+    notebook.cells[
+        index["from_03"]
+    ].source = "class EfficientSlidingWindowMultiheadAttention(nn.Module):\n    x: Tensor"
+    executor = JudgedExecute()
+    executor.nb = notebook
+    executor._errors = {
+        index["from_03"]: "NameError: name 'Tensor' is not defined"
+        + missing_import("name 'Tensor' is not defined")
+    }
+    message = "your code raised NameError: name 'EfficientSlidingWindowMultiheadAttention' is not defined"
+    cause = executor._undefined(message, index["block_test"])
+    assert ", from_03 (#" in cause and "stopped before it did" in cause
+    assert "add `from torch import Tensor`" in cause
+    assert executor._undefined("name 'NoSuchName' is not defined", index["block_test"]).endswith(
+        "No cell above this test defines NoSuchName."
+    )
+    assert executor._undefined("a message without a name", index["block_test"]) == ""

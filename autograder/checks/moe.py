@@ -288,21 +288,22 @@ class StandIn(nn.Module):
 
 def build_with_stand_ins(cls, args: tuple, parts: tuple[str, ...]):
     """cls(*args); if that raises, again with the classes and functions named in `parts`, as its
-    __init__ finds them, replaced by StandIn meanwhile (finished parts are kept when cls builds:
-    an __init__ may read their weights)."""
+    __init__ finds them, replaced by StandIn meanwhile, defined or not (a cell that failed leaves
+    its class undefined). Finished parts are kept when cls builds: an __init__ may read their weights."""
     namespace = getattr(getattr(cls, "__init__", None), "__globals__", None)
-    named = [name for name in parts if isinstance(namespace, dict) and name in namespace]
-    if not named:
+    if not isinstance(namespace, dict):
         return cls(*args)
     try:
         return cls(*args)
     except Exception:
         pass
-    originals = {name: namespace[name] for name in named}
-    namespace.update(dict.fromkeys(named, StandIn))
+    originals = {name: namespace[name] for name in parts if name in namespace}
+    namespace.update(dict.fromkeys(parts, StandIn))
     try:
         return cls(*args)
     finally:
+        for name in parts:
+            namespace.pop(name, None)
         namespace.update(originals)
 
 
