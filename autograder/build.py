@@ -145,6 +145,7 @@ def write_checkpoint(path: Path) -> None:
     """Train the course's model with the reference's Transformer (one thread: the same bytes on
     every run of one machine) and save it, tensors and plain values only (torch.load(...,
     weights_only=True) reads it)."""
+    path = Path(path)  # first: anything else fails here, not after a minute of training
     transformer = namespace(CHECKPOINT_SOURCE)["Transformer"]
     with one_thread():
         contents = language_model.train_course_model(transformer)

@@ -219,6 +219,126 @@ def generate(
     return decode(tokens)
 
 
+# ------------------------------------------------------------------------ loading weights
+
+
+def load_weights(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Weights saved under the course's names (the checkpoint's, a check's) into a student's
+    Transformer: by name, except inside each expert, whose matrices notebook 06 let the student
+    name: there the down projection is found by its shape and the gated one of the two others by
+    trying both ways on a probe. Tolerated, as the student's choices elsewhere in the course: a bias
+    the saved weights lack (a gate's or an expert's) is set to zero, a head without a bias is
+    accepted where the saved one is zero, blocks kept in a plain list are loaded under the names an
+    nn.ModuleList gives them, buffers are left alone. Names that match nothing raise, listed."""
+    own, buffers = _own_state(model)
+    expert_keys = {k for k in state if ".moe.experts." in k}
+    head_bias = "out.bias" in state and not bool(state["out.bias"].any())
+    missing = [
+        k for k in state if k not in expert_keys and k not in own and not (k == "out.bias" and head_bias)
+    ]
+    unexpected = [
+        k
+        for k in own
+        if k not in state
+        and k not in buffers
+        and ".moe.experts." not in k
+        and not k.endswith("moe.gate.bias")
+    ]
+    if missing or unexpected:
+        raise ValueError(_names_message(missing, unexpected))
+    with torch.no_grad():
+        # In the state's order (a set's changes between processes): blocks that share their weights
+        # ([block] * n) keep the last block's, in a student's kernel as in the build.
+        for key in (k for k in state if k not in expert_keys and k in own):
+            if own[key].shape != state[key].shape:
+                yours, saved = tuple(own[key].shape), tuple(state[key].shape)
+                raise ValueError(f"{key} has shape {yours} in your model, {saved} in the saved one")
+            own[key].copy_(state[key])
+        for key in own:
+            if key.endswith("moe.gate.bias"):
+                own[key].zero_()
+        for i, block in enumerate(model.blocks):
+            for j, expert in enumerate(block.moe.experts):
+                prefix = f"blocks.{i}.moe.experts.{j}."
+                w1, w2, w3 = (state[f"{prefix}{name}.weight"] for name in ("w1", "w2", "w3"))
+                _load_expert(expert, w1, w2, w3, prefix)
+
+
+def _own_state(model: nn.Module) -> tuple[dict[str, Tensor], set[str]]:
+    """The model's state_dict and the names of its buffers, blocks kept in a plain list included
+    under the names an nn.ModuleList gives them (their registration is another question's)."""
+    own = model.state_dict()
+    buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    for i, block in enumerate(getattr(model, "blocks", None) or []):
+        for key, value in block.state_dict().items():
+            own.setdefault(f"blocks.{i}.{key}", value)
+        buffers |= {f"blocks.{i}.{name}" for name, _ in block.named_buffers(remove_duplicate=False)}
+    return own, buffers
+
+
+def _load_expert(expert: nn.Module, w1: Tensor, w2: Tensor, w3: Tensor, prefix: str) -> None:
+    """w2(silu(w1 x) * w3 x) into an expert whatever it named its matrices (one fused (2F, D) up
+    projection too); under no_grad."""
+    named = dict(expert.named_parameters())
+    if {"w1.weight", "w2.weight", "w3.weight"} <= named.keys():
+        ways = [{"w1.weight": w1, "w2.weight": w2, "w3.weight": w3}]
+    else:
+        ups = [
+            n
+            for n, p in named.items()
+            if p.dim() == 2 and tuple(p.shape) == tuple(w1.shape) and n != "w2.weight"
+        ]
+        fused = [
+            n for n, p in named.items() if p.dim() == 2 and tuple(p.shape) == (2 * w1.shape[0], w1.shape[1])
+        ]
+        downs = [
+            n for n, p in named.items() if p.dim() == 2 and tuple(p.shape) == tuple(w2.shape) and n not in ups
+        ]
+        if len(downs) != 1 or not (len(ups) == 2 or len(fused) == 1):
+            shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in named.items())
+            raise ValueError(
+                f"{prefix[:-1]} holds {shapes or 'no parameters'}: the course's expert holds two (d_ff, D) "
+                "matrices (or one fused (2 d_ff, D)) and one (D, d_ff)"
+            )
+        if fused:
+            ways = [{fused[0]: torch.cat(pair), downs[0]: w2} for pair in ((w1, w3), (w3, w1))]
+        else:
+            ways = [{ups[0]: a, ups[1]: b, downs[0]: w2} for a, b in ((w1, w3), (w3, w1))]
+    for parameter in named.values():
+        if parameter.dim() == 1:
+            parameter.zero_()
+    probe = torch.randn(3, w1.shape[1], generator=torch.Generator().manual_seed(0)).to(w1)
+    expected = (F.silu(probe @ w1.T) * (probe @ w3.T)) @ w2.T
+    for way in ways:
+        for name, value in way.items():
+            named[name].copy_(value)
+        if torch.allclose(expert(probe), expected, rtol=1e-4, atol=1e-5):
+            return  # else the other way; an expert right neither way keeps the last (its own check says why)
+
+
+def _names_message(missing: list[str], unexpected: list[str]) -> str:
+    def listed(names: list[str]) -> str:
+        shown = ", ".join(names[:6])
+        return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+    lines = ["the saved weights could not be loaded into your model by name"]
+    if missing:
+        lines.append(f"they have, your model has not: {listed(missing)}")
+    if unexpected:
+        lines.append(f"your model has, they have not: {listed(unexpected)}")
+    if any(name.endswith("rotation_matrix") for name in unexpected):
+        lines.append(
+            "your RoPE table is in the state_dict, so it is a buffer or a parameter: keep it a plain "
+            "attribute, as notebook 04's RoPE does (a cast to bfloat16 would turn it into its real part)"
+        )
+    lines.append(
+        "the names come from the attributes: embedding, blocks (an nn.ModuleList), out; in each block "
+        "norm1, attention, norm2, moe; inside them the names notebooks 03, 06 and 07 give (qkv_linear, out, "
+        "gate, experts, weight). The homework's model has no final norm"
+    )
+    return "; ".join(lines)
+
+
 # ------------------------------------------------------------------- the course's checkpoint
 
 # The model notebook 10 inspects, trained by `course build` for about a minute on 2 CPU cores.
@@ -246,10 +366,10 @@ def train_course_model(transformer_class, stop_after: int | None = None) -> dict
     another CPU may round differently and drift from the committed file (tests/test_course_model.py).
     stop_after: only the first steps of the recipe."""
     recipe = dict(RECIPE)
-    train_tokens = encode(course_text(TEXT_CHARS, TEXT_SEED))
-    held_out = encode(course_text(HELD_OUT_CHARS, HELD_OUT_SEED))
     torch.manual_seed(recipe["seed"])
     model = make_causal(transformer_class(**COURSE_MODEL))
+    train_tokens = encode(course_text(TEXT_CHARS, TEXT_SEED))
+    held_out = encode(course_text(HELD_OUT_CHARS, HELD_OUT_SEED))
     losses = train(model, train_tokens, **recipe, stop_after=stop_after)
     V = COURSE_MODEL["vocabulary_size"]
     return {

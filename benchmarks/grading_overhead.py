@@ -55,12 +55,14 @@ def grading(assignment: str, folder: Path, sandboxed: bool) -> Callable[[], None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("assignments", nargs="*", default=assignments(), help="default: every notebook")
+    args = parser.parse_args()
+    rounds = args.rounds
     print(f"({rounds} rounds, jobs=1; seconds per notebook)")
     columns = ("floor", "unsandboxed", "sandboxed", "sandbox cost", "vs floor")
     print(f"{'notebook':<12} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in columns))
     with tempfile.TemporaryDirectory() as tmp:
-        for assignment in assignments():
+        for assignment in args.assignments:
             runs = {
                 "floor": floor(assignment, Path(tmp)),
                 "unsandboxed": grading(assignment, Path(tmp), sandboxed=False),

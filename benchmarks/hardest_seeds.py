@@ -20,6 +20,7 @@ notebooks 00-07 took 9 minutes on an idle 2-core machine, 00.spirals 5 of them a
 """
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.api import live_expectations, make_cases  # noqa: E402
-from autograder.checks import CHECKS  # noqa: E402
+from autograder.checks import CHECKS, transformer  # noqa: E402
 from autograder.checks.warmup import THRESHOLD  # noqa: E402
 from autograder.core import Case, Check, Expectation, Outputs, judge, run_stage  # noqa: E402
 from autograder.reference import reference_object  # noqa: E402
@@ -59,7 +60,24 @@ def spirals_margin(case: Case, result: Outputs) -> float:
     return (1 - accuracy) / (1 - THRESHOLD)
 
 
-CRITERION_MARGINS = {"00.spirals": spirals_margin}
+def smoke_margin(case: Case, result: Outputs) -> float:
+    """How far the untrained loss is from log V, over the distance the check allows."""
+    tokens, v = case.inputs["tokens"], case.inputs["vocabulary_size"]
+    loss = torch.nn.functional.cross_entropy(result["logits"][0, :-1].double(), tokens[0, 1:]).item()
+    return abs(loss - math.log(v)) / transformer.LOG_V_MARGIN
+
+
+def training_margin(case: Case, result: Outputs) -> float:
+    """The held-out loss over the bound it must stay under."""
+    logits = result["next-character logits"].double()
+    return torch.nn.functional.cross_entropy(logits, case.judge_only["next"]).item() / transformer.LOSS_BOUND
+
+
+CRITERION_MARGINS = {
+    "00.spirals": spirals_margin,
+    "08.smoke_test": smoke_margin,
+    "08.training": training_margin,
+}
 
 
 def scan(name: str, seeds: range) -> tuple[dict[tuple[str, int], float], list[str]]:

@@ -13,6 +13,7 @@ from .alternatives_05 import ALTERNATIVES as ALTERNATIVES_05
 from .alternatives_06 import ALTERNATIVES as ALTERNATIVES_06
 from .alternatives_07 import ALTERNATIVES as ALTERNATIVES_07
 from .alternatives_07 import RMSNormOneOverSqrt
+from .alternatives_08 import ALTERNATIVES as ALTERNATIVES_08
 
 ALTERNATIVES = {
     **ALTERNATIVES_00,
@@ -23,6 +24,7 @@ ALTERNATIVES = {
     **ALTERNATIVES_05,
     **ALTERNATIVES_06,
     **ALTERNATIVES_07,
+    **ALTERNATIVES_08,
 }
 
 __all__ = ["ALTERNATIVES", "RMSNormOneOverSqrt", "RoPEReal", "rotation_matrix_complex", "rotation_matrix_exp"]

@@ -129,7 +129,9 @@ def test_correct_answers_never_fail_by_chance(name):
 
 
 def test_every_check_has_mistakes_and_alternatives():
-    assert all(reference.mistakes(name) for name in CHECKS)
+    # A check judged by a criterion of its own (a smoke test, a training run) has no outputs to match
+    # a mistake's against: its tests hand in wrong answers instead.
+    assert all(reference.mistakes(name) or CHECKS[name].criterion for name in CHECKS)
     assert set(ALTERNATIVES) == set(CHECKS)
 
 

@@ -4,23 +4,30 @@ Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window, 
 K experts per token, N blocks, C context (max_seq_len), V vocabulary size.
 
 The wiring is graded apart from the parts: 08.block puts parameter-free stand-ins (tanh(x A + b),
-none of the real layers) in place of the student's norms, attention and MoE, and 08.transformer
-puts them in place of the blocks, so that a bug of notebooks 03-07 is not charged again. The parts
-of these checks that run the student's own parts say so in their names, as the notebook does.
+none of the real layers) in place of the student's norms, attention and MoE, and reads the sizes
+the block gives them through size-only stand-ins; 08.transformer puts stand-ins in place of the
+blocks. So a bug of notebooks 03-07 is not charged again. The parts of these checks that run the
+student's own parts say so in their names, as the notebook does.
 """
 
+import contextlib
 import math
+import time
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import language_model as lm
+from .. import reference
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ..playground import one_thread
 from .moe import BlackBoxExpert as BlackBox
 from .moe import StandIn, build_with_stand_ins, modules_with_own_weights
 
 Tensor = torch.Tensor
+ASSIGNMENT = "08_transformer"
 PERIOD = 10000.0  # the RoPE period the question asks for (Llama's)
 
 
@@ -37,6 +44,24 @@ def _stand_in(g: torch.Generator, d: int) -> tuple[Tensor, Tensor]:
 def _table(angles: Tensor) -> Tensor:
     """A RoPE-shaped table of unit complex numbers from angles (C, Dh // 2); not RoPE's angles."""
     return torch.polar(torch.ones_like(angles), angles)
+
+
+@contextlib.contextmanager
+def _names_replaced(cls, stand_ins: dict):
+    """Within: the names of `stand_ins` bound to them where cls.__init__ finds its globals (the
+    notebook's, for a student's class); afterwards the originals are put back."""
+    namespace = getattr(getattr(cls, "__init__", None), "__globals__", None)
+    if not isinstance(namespace, dict):
+        yield
+        return
+    originals = {name: namespace[name] for name in stand_ins if name in namespace}
+    namespace.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name in stand_ins:
+            namespace.pop(name, None)
+        namespace.update(originals)
 
 
 def _missing_parts(module: nn.Module, names: tuple[str, ...], what: str) -> None:
@@ -97,11 +122,52 @@ def block_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
+class _NormSizes(nn.Module):
+    """RMSNorm's __init__ (notebook 07) without the layer: the weight's shape, on the meta device."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(hidden_size, device="meta"))
+
+
+class _AttentionSizes(nn.Module):
+    """The given __init__ of notebook 03's attention without the layer: its sizes and its table."""
+
+    def __init__(self, hidden_size, num_heads, window_size, rotation_matrix=None):
+        super().__init__()
+        self.num_heads, self.window_size = num_heads, window_size
+        self.qkv_linear = nn.Linear(hidden_size, 3 * hidden_size, device="meta")
+        self.rope = None if rotation_matrix is None else SimpleNamespace(rotation_matrix=rotation_matrix)
+
+
+class _MoeSizes(nn.Module):
+    """MoeLayer's __init__ (notebook 06) without the layer: a gate and num_experts experts of d_ff."""
+
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False, device="meta")
+        self.experts = nn.ModuleList(
+            nn.Linear(hidden_size, d_ff, bias=False, device="meta") for _ in range(num_experts)
+        )
+
+
+# The built concern builds the block with these in place of the student's parts: it reads what the
+# block passed them, and a bug (or a stub) in notebooks 03, 06 and 07 costs nothing here either.
+PART_SIZES = {
+    "RMSNorm": _NormSizes,
+    "EfficientSlidingWindowMultiheadAttention": _AttentionSizes,
+    "MoeLayer": _MoeSizes,
+}
+
+
 def run_block(block_class, case: Case) -> Outputs:
     i = case.inputs
     table = _table(i["angles"])
     if i["part"] == "built":
-        return _built_parts(block_class(*i["args"], table), i["args"], table)
+        with _names_replaced(block_class, PART_SIZES):
+            block = block_class(*i["args"], table)
+        return _built_parts(block, i["args"][0], table)
     block = build_with_stand_ins(block_class, (*i["args"], table), PART_CLASSES)
     _missing_parts(block, BLOCK_PARTS, "block")
     for name in BLOCK_PARTS:
@@ -109,24 +175,29 @@ def run_block(block_class, case: Case) -> Outputs:
     return {"output": block(i["x"])}
 
 
-def _built_parts(block: nn.Module, args: tuple, table: Tensor) -> Outputs:
-    """What the block's parts were built with, read from the attributes notebooks 03, 06, 07 give them."""
-    d, *_ = args
+def _built_parts(block: nn.Module, d: int, table: Tensor) -> Outputs:
+    """What the block's parts were built with, read from the attributes notebooks 03, 06, 07 give them
+    (on PART_SIZES, or on the parts themselves where the block builds them by other names)."""
     _missing_parts(block, BLOCK_PARTS, "block")
     attention, moe = block.attention, block.moe
-    rope = getattr(attention, "rope", None)
+    given = getattr(getattr(attention, "rope", None), "rotation_matrix", None)
+    # d_ff is the experts' other size than D: the smallest, for an expert that fuses w1 and w3 (2 d_ff, D)
     expert_sizes = {s for p in moe.experts[0].parameters() if p.dim() == 2 for s in p.shape} - {d}
     return {
         "heads": torch.tensor(attention.num_heads),
         "window": torch.tensor(attention.window_size),
         "qkv": torch.tensor(tuple(attention.qkv_linear.weight.shape)),
-        "table": torch.tensor(rope is not None and getattr(rope, "rotation_matrix", None) is table),
+        "table": torch.tensor(
+            isinstance(given, Tensor)
+            and (given.shape, given.dtype) == (table.shape, table.dtype)
+            and bool(torch.equal(given, table))
+        ),
         "norm1": torch.tensor(tuple(block.norm1.weight.shape)),
         "norm2": torch.tensor(tuple(block.norm2.weight.shape)),
         "gate": torch.tensor(tuple(moe.gate.weight.shape)),
         "experts": torch.tensor(len(moe.experts)),
         "per token": torch.tensor(moe.n_experts_per_token),
-        "d_ff": torch.tensor(expert_sizes.pop() if len(expert_sizes) == 1 else -1),
+        "d_ff": torch.tensor(min(expert_sizes, default=-1)),
     }
 
 
@@ -185,9 +256,9 @@ ROTATION = (
 WHOLE = "your whole model, your own parts, with the reference's weights loaded by name"
 CAST = "model.to(torch.bfloat16) keeps the rotations (your own parts)"
 MODEL_SHAPES = [
-    (11, 16, 4, 5, 24, 4, 2, 2, 16, 2, 9),
-    (7, 8, 2, 3, 12, 3, 1, 3, 8, 1, 8),
-]  # V D H W F E K N C B T
+    (11, 16, 4, 5, 24, 4, 2, 2, 20, 2, 9),
+    (7, 8, 2, 3, 12, 3, 1, 3, 10, 1, 8),
+]  # V D H W F E K N C B T; C differs from D, so that a table of hidden_size rows is told apart
 
 
 def _model_shape(g: torch.Generator) -> tuple[int, ...]:
@@ -228,14 +299,15 @@ def reference_state(g: torch.Generator, shape: tuple[int, ...]) -> dict[str, Ten
             state[p + f"moe.experts.{j}.w1.weight"] = w1
             state[p + f"moe.experts.{j}.w2.weight"] = torch.randn(d, f, generator=g) * f**-0.5
             state[p + f"moe.experts.{j}.w3.weight"] = w1.clone()
-    state["out.weight"] = torch.randn(v, d, generator=g) * d**-0.5
-    state["out.bias"] = 0.1 * torch.randn(v, generator=g)
+    state["out.weight"] = torch.randn(v, d, generator=g) * 0.25 * d**-0.5  # logits of a few units
+    state["out.bias"] = torch.zeros(v)  # zero: a head without a bias (the student's choice) is the same
     return state
 
 
 def _model_name(shape: tuple[int, ...]) -> str:
-    v, d, h, w, f, e, k, n, c, b, t = shape
-    return f"Transformer({v}, {d}, {h}, {w}, {f}, {e}, {k}, {n}, {c}), tokens of shape ({b}, {t})"
+    """The constructor's call, and the tokens' shape where the shape has one."""
+    call = f"Transformer{tuple(shape[:9])}"
+    return call if len(shape) == 9 else f"{call}, tokens of shape {tuple(shape[9:])}"
 
 
 def model_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -266,13 +338,13 @@ def model_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         inputs = {"args": shape[:9]}
         cases.append(
             Case(
-                f"{_model_name(shape)[:-26]}: its blocks",
+                f"{_model_name(shape[:9])}: its blocks",
                 {**inputs, "part": "registered"},
                 concern=REGISTERED,
             )
         )
         cases.append(
-            Case(f"{_model_name(shape)[:-26]}: its table", {**inputs, "part": "table"}, concern=ROTATION)
+            Case(f"{_model_name(shape[:9])}: its table", {**inputs, "part": "table"}, concern=ROTATION)
         )
     shape = shapes[0]
     state = reference_state(g, shape)
@@ -297,13 +369,18 @@ def run_model(transformer_class, case: Case) -> Outputs:
     if part == "table":
         return _run_table(transformer_class, i["args"])
     model = transformer_class(*i["args"])
-    load_reference_weights(model, i["state"])
+    lm.load_weights(model, i["state"])
     with torch.no_grad():
         logits = model(i["tokens"])
         if part == "whole":
             return {"logits": logits}
-        model.to(torch.bfloat16)
-        return {"float32 logits": logits, "bfloat16 logits": model(i["tokens"]).float()}
+        # To bfloat16 and back, then run in float32: a table kept as a buffer loses its imaginary part
+        # on the way, while parts that notebooks 03 and 06 never ran in bfloat16 need not run in it here.
+        for dtype in (torch.bfloat16, torch.float32):
+            model.to(dtype)
+            for block in model.blocks:  # blocks in a plain list too: their registration is another concern's
+                block.to(dtype)
+        return {"float32 logits": logits, "logits cast and back": model(i["tokens"])}
 
 
 def _run_wiring(transformer_class, i: dict) -> Outputs:
@@ -329,14 +406,21 @@ def _run_wiring(transformer_class, i: dict) -> Outputs:
         model.out.weight.copy_(i["out"])
         if isinstance(getattr(model.out, "bias", None), Tensor):
             model.out.bias.zero_()  # a head without a bias is the student's choice here
-    blocks = [BlackBox(a, b) for a, b in i["stand_ins"]]
-    model.blocks = nn.ModuleList(blocks) if isinstance(model.blocks, nn.Module) else blocks
+    model.blocks = _like(model.blocks, [BlackBox(a, b) for a, b in i["stand_ins"]])
     return {"logits": model(i["tokens"])}
 
 
+def _like(container, modules: list):
+    """modules in a container of the kind that holds the student's blocks, which forward may call
+    (nn.Sequential) or iterate (nn.ModuleList, a plain list: not registered, as the student's)."""
+    if isinstance(container, nn.Sequential):
+        return nn.Sequential(*modules)
+    return nn.ModuleList(modules) if isinstance(container, nn.Module) else modules
+
+
 class _BlockWithWeights(nn.Module):
-    """Stand-in for a block that cannot be built: it holds a weight, so that what registers it can be "
-    "counted."""
+    """Stand-in for a block that cannot be built: it holds a weight, so that what registers it can be
+    counted."""
 
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -345,18 +429,13 @@ class _BlockWithWeights(nn.Module):
 
 def _run_registered(transformer_class, args: tuple) -> Outputs:
     """Counted on the student's own blocks, or on stand-ins holding a weight where those cannot be built."""
-    try:
-        model = transformer_class(*args)
-    except Exception:
-        model = build_with_stand_ins(transformer_class, args, ("TransformerBlock",))
+    model = build_with_stand_ins(transformer_class, args, ("TransformerBlock", "get_rotation_matrix"))
     _missing_parts(model, ("blocks",), "model")
     blocks = list(model.blocks)
-    if not any(
-        True for block in blocks for _ in block.parameters()
-    ):  # stand-ins: replaced in the same container
-        held = [_BlockWithWeights() for _ in blocks]
-        model.blocks = nn.ModuleList(held) if isinstance(model.blocks, nn.Module) else held
-        blocks = held
+    if not any(True for block in blocks for _ in block.parameters()):  # stand-ins, replaced in kind
+        made: dict[int, nn.Module] = {}  # one stand-in repeated ([block] * n) stays one module
+        blocks = [made.setdefault(id(block), _BlockWithWeights()) for block in blocks]
+        model.blocks = _like(model.blocks, blocks)
     inside = {id(p) for block in blocks for p in block.parameters()}
     return {
         "blocks": torch.tensor(len(blocks)),
@@ -365,17 +444,29 @@ def _run_registered(transformer_class, args: tuple) -> Outputs:
     }
 
 
+TABLE_PARAMETERS = ("dim", "context_size", "period")  # get_rotation_matrix's, as notebook 04 names them
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return math.nan
+
+
 class _TableCalls:
     """Records the calls of get_rotation_matrix and the blocks built, in place of the student's."""
 
     def __init__(self):
-        self.tables: list[tuple[list, Tensor]] = []
+        self.tables: list[tuple[list[float], Tensor]] = []
         self.given: list = []
 
     def get_rotation_matrix(self, *args, **kwargs):
-        dim, context = (list(args) + list(kwargs.values()) + [0, 0])[:2]
-        table = torch.ones(int(context), max(int(dim) // 2, 1), dtype=torch.complex64)
-        self.tables.append(([*args, *kwargs.values()], table))
+        given = {**dict(zip(TABLE_PARAMETERS, args, strict=False)), **kwargs}
+        asked = [_number(given.get(name)) for name in TABLE_PARAMETERS]
+        dim, context = (int(a) if math.isfinite(a) and a > 0 else 1 for a in asked[:2])
+        table = torch.ones(context, max(dim // 2, 1), dtype=torch.complex64)
+        self.tables.append((asked, table))
         return table
 
     def block(self, *args, **kwargs):
@@ -385,91 +476,19 @@ class _TableCalls:
 
 def _run_table(transformer_class, args: tuple) -> Outputs:
     calls = _TableCalls()
-    namespace = getattr(transformer_class.__init__, "__globals__", {})
-    stand_ins = {"get_rotation_matrix": calls.get_rotation_matrix, "TransformerBlock": calls.block}
-    originals = {name: namespace[name] for name in stand_ins if name in namespace}
-    namespace.update(stand_ins)
-    try:
+    with _names_replaced(
+        transformer_class, {"get_rotation_matrix": calls.get_rotation_matrix, "TransformerBlock": calls.block}
+    ):
         transformer_class(*args)
-    finally:
-        for name in stand_ins:
-            namespace.pop(name, None)
-        namespace.update(originals)
-    first = calls.tables[0][0] if calls.tables else []
-    asked = [float(a) if isinstance(a, int | float) else math.nan for a in first[:3]]
-    asked += [math.nan] * (3 - len(asked))
-    table = calls.tables[0][1] if calls.tables else None
+    asked, table = calls.tables[0] if calls.tables else ([math.nan] * 3, None)
     return {
         "table calls": torch.tensor(len(calls.tables)),
         "table arguments": torch.tensor(asked, dtype=torch.float64),
-        "blocks given the table": torch.tensor(
-            sum(given is table and table is not None for given in calls.given)
+        # Counted per block built: [TransformerBlock(...)] * n builds one (the registered concern's).
+        "blocks built without the table": torch.tensor(
+            sum(given is not table or table is None for given in calls.given)
         ),
-        "blocks": torch.tensor(len(calls.given)),
     }
-
-
-def load_reference_weights(model: nn.Module, state: dict[str, Tensor]) -> None:
-    """The reference's weights into the student's model: by name, except inside each expert, whose
-    matrices are found by shape (06 let the student name them; w1 = w3 in these cases). A bias the
-    reference has not (the gate's, an expert's: the student's choice in 06) is zeroed. Names that
-    match nothing are listed in the error."""
-    own = model.state_dict()
-    expert_keys = {k for k in state if ".moe.experts." in k}
-    missing = [k for k in state if k not in expert_keys and k not in own]
-    unexpected = [
-        k for k in own if k not in state and ".moe.experts." not in k and not k.endswith("moe.gate.bias")
-    ]
-    if missing or unexpected:
-        raise ValueError(_names_message(missing, unexpected))
-    with torch.no_grad():
-        for key in state.keys() - expert_keys:
-            if own[key].shape != state[key].shape:
-                raise ValueError(
-                    f"{key} has shape {tuple(own[key].shape)} in your model, {tuple(state[key].shape)} in "
-                    "the reference's"
-                )
-            own[key].copy_(state[key])
-        for key in own:
-            if key.endswith("moe.gate.bias"):
-                own[key].zero_()
-        for block_index, block in enumerate(model.blocks):
-            for expert_index, expert in enumerate(block.moe.experts):
-                _load_expert(expert, state, f"blocks.{block_index}.moe.experts.{expert_index}.")
-
-
-def _load_expert(expert: nn.Module, state: dict[str, Tensor], prefix: str) -> None:
-    up, down = state[prefix + "w1.weight"], state[prefix + "w2.weight"]
-    for name, parameter in expert.named_parameters():
-        if parameter.dim() == 1:
-            parameter.zero_()
-        elif tuple(parameter.shape) == tuple(up.shape):
-            parameter.copy_(up)
-        elif tuple(parameter.shape) == tuple(down.shape):
-            parameter.copy_(down)
-        else:
-            raise ValueError(
-                f"{prefix}{name} has shape {tuple(parameter.shape)}: an expert holds (d_ff, D) and (D, "
-                "d_ff) matrices"
-            )
-
-
-def _names_message(missing: list[str], unexpected: list[str]) -> str:
-    def listed(names: list[str]) -> str:
-        shown = ", ".join(names[:6])
-        return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-
-    lines = ["the reference's weights could not be loaded into your model by name"]
-    if missing:
-        lines.append(f"the reference has, yours has not: {listed(missing)}")
-    if unexpected:
-        lines.append(f"yours has, the reference has not: {listed(unexpected)}")
-    lines.append(
-        "the names come from the attributes: embedding, blocks (an nn.ModuleList), out; in each block "
-        "norm1, attention, norm2, moe; inside them the names notebooks 03, 06 and 07 give (qkv_linear, out, "
-        "gate, experts, weight). The homework's model has no final norm"
-    )
-    return "; ".join(lines)
 
 
 def _registered(case: Case, out: Outputs) -> str | None:
@@ -504,34 +523,36 @@ def _table_given(case: Case, out: Outputs) -> str | None:
             f"get_rotation_matrix(hidden_size // num_heads, max_seq_len, {PERIOD:g}), and give that table "
             "to every block"
         )
-    if int(out["blocks given the table"]) != int(out["blocks"]):
+    if int(out["blocks built without the table"]):
         return (
-            f"{int(out['blocks given the table'])} of {int(out['blocks'])} blocks got the table "
-            "get_rotation_matrix "
-            "returned as their rotation_matrix argument"
+            f"{int(out['blocks built without the table'])} block(s) were built without the table "
+            "get_rotation_matrix returned as their rotation_matrix argument"
         )
     return None
 
 
-# The median over tokens of |bfloat16 - float32| / |float32| (logit vectors). Rounding gives about
-# 0.01, a routing choice flipped by rounding up to 0.2 on a token; a table cast to its real part 0.25-0.35.
+# The median over tokens of |after - before| / |before| (logit vectors). The weights rounded to
+# bfloat16 move them by 0.004-0.01, a routing choice flipped by rounding up to 0.2 on a token; a table
+# cast to its real part by 0.16-0.33.
 CAST_GAP = 0.08
 
 
 def _cast_keeps_rotations(case: Case, out: Outputs) -> str | None:
-    full, half = out.get("float32 logits"), out.get("bfloat16 logits")
-    if full is None or half is None:
-        return None
-    if full.shape != half.shape:
-        return "the bfloat16 model's logits have another shape than the float32 model's"
-    gap = float(((half - full).norm(dim=-1) / full.norm(dim=-1).clamp_min(1e-6)).median())
+    before, after = out.get("float32 logits"), out.get("logits cast and back")
+    if before is None or after is None:  # measured outputs only: nothing else would fail a forgery
+        return "the logits before and after the casts did not both come back"
+    if before.shape != after.shape or before.dim() != 3:
+        return "the logits after the casts have another shape than before, or are not (B, T, V)"
+    if not bool(torch.isfinite(before).all()) or float(before.std(dim=-1).median()) < 1e-4:
+        return "the float32 logits are not finite, or do not vary over the vocabulary: they are not a model's"
+    gap = float(((after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-6)).median())
     if math.isfinite(gap) and gap <= CAST_GAP:
         return None
     return (
-        f"after model.to(torch.bfloat16) the logits of the median token move by {gap:.3g} of their size "
-        "(rounding moves them by about 0.01): if the RoPE table is a buffer or a parameter, the cast turns "
-        "the complex table into its real part and the rotations into scalings. Keep it a plain attribute, "
-        "as notebook 04's RoPE does"
+        f"after model.to(torch.bfloat16) and back to float32, the logits of the median token move by "
+        f"{gap:.3g} of their size (the weights' rounding moves them by about 0.01): if the RoPE table is a "
+        "buffer or a parameter, the cast turns the complex table into its real part and the rotations into "
+        "scalings. Keep it a plain attribute, as notebook 04's RoPE does"
     )
 
 
@@ -547,7 +568,11 @@ MODEL = Check(
         Concern(WHOLE, weight=2),
         Concern(CAST, weight=1),
     ],
-    measured=("float32 logits", "bfloat16 logits"),
+    measured=("float32 logits", "logits cast and back"),
+    # Correct parts that order their float32 operations otherwise (tests/alternatives_08.py,
+    # TransformerOfOtherParts) move the whole model's logits by up to 1.4 times float32's tolerance
+    # through two or three blocks (the worst of 300 seeds); the mistakes move them by whole units.
+    extra_tolerance={torch.float32: (1e-4, 1e-4)},
     outputs={
         "logits": "the logits",
         "blocks": "the number of blocks",
@@ -555,7 +580,9 @@ MODEL = Check(
         "block parameters not registered": "the number of the blocks' parameters the model does not hold",
         "table calls": "how many times __init__ called get_rotation_matrix",
         "table arguments": "the arguments (dim, context_size, period) of that call",
-        "blocks given the table": "the number of blocks given that table as their rotation_matrix",
+        "blocks built without the table": "the number of blocks built without that table",
+        "float32 logits": "the logits of your model",
+        "logits cast and back": "the logits of your model after model.to(torch.bfloat16) and back to float32",
     },
     properties=[
         Property("blocks registered", _registered, concern=REGISTERED),
@@ -597,7 +624,9 @@ SENTENCES = [
     "small models learn fast but large models learn more",
     "a window of eleven tokens slides over a sentence of many words",
 ]
-LOG_V_MARGIN = 1.0  # an untrained model's loss within log V +- this, in nats
+# An untrained model's loss within log V +- this, in nats: the reference reaches 1.2 on 2 of 1000
+# seeds (its 95th percentile: 0.6); a model whose logits start large, 5 and more.
+LOG_V_MARGIN = 1.5
 
 
 def smoke_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -608,23 +637,36 @@ def smoke_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         vocabulary = sorted(set(words))
         tokens = torch.tensor([[vocabulary.index(w) for w in words]])
         seed = _int(g, 0, 2**20) if hidden else 0
+        # The fewest parameters the model may hold, counted on the reference (on the judge's side; a
+        # notebook reads the visible case's count from its snapshot).
+        model = reference.namespace(ASSIGNMENT)["Transformer"](len(vocabulary), *SMOKE)
         cases.append(
             Case(
-                f'"{text}", seed {seed}', {"tokens": tokens, "vocabulary_size": len(vocabulary), "seed": seed}
+                f'"{text}", seed {seed}',
+                {"tokens": tokens, "vocabulary_size": len(vocabulary), "seed": seed},
+                judge_only={"parameters": sum(p.numel() for p in model.parameters())},
             )
         )
     return cases
 
 
 def run_smoke(transformer_class, case: Case) -> Outputs:
+    """Two builds under one seed; the second model is called twice, so that a forward drawing from
+    torch's generator (which the seed alone would replay) gives other logits too."""
     i = case.inputs
     runs = []
-    for _ in range(2):
+    for calls in (1, 2):
         torch.manual_seed(i["seed"])
         model = transformer_class(i["vocabulary_size"], *SMOKE)
         with torch.no_grad():
-            runs.append(model(i["tokens"]))
-    return {"logits": runs[0], "logits again": runs[1]}
+            for _ in range(calls):
+                logits = model(i["tokens"])
+        runs.append(logits)
+    return {
+        "logits": runs[0],
+        "logits again": runs[1],
+        "parameters": torch.tensor(sum(p.numel() for p in model.parameters())),
+    }
 
 
 def smoke_criterion(case: Case, out: Outputs) -> str | None:
@@ -636,10 +678,19 @@ def smoke_criterion(case: Case, out: Outputs) -> str | None:
         return f"the logits have shape {shape}, expected {expected} (1 sentence, T words, V logits each)"
     if not bool(torch.isfinite(logits).all()):
         return "the logits hold NaN or infinite values"
+    fewest = case.judge_only["parameters"]
+    if int(out["parameters"]) < fewest:  # more is allowed: a gate's bias, as notebook 06 lets you choose
+        return (
+            f"the model holds {int(out['parameters'])} parameters, fewer than the {fewest} of the course's "
+            "model of this size: a part is missing, or its blocks or experts are not registered"
+        )
+    if float(logits[0].std(dim=0).max()) < 1e-6:
+        return "the logits are the same at every position: the output does not depend on the tokens"
     if tuple(again.shape) != expected or not torch.equal(logits, again):
         return (
-            "two models built under the same torch.manual_seed gave different logits: something draws random "
-            "numbers outside torch's seeded generator, or forward is random (dropout left on, noise added)"
+            "two models built under the same torch.manual_seed, the second called twice, gave different "
+            "logits: something draws random numbers outside torch's seeded generator, or forward is random "
+            "(dropout, noise added)"
         )
     loss = float(F.cross_entropy(logits[0, :-1].double(), tokens[0, 1:]))
     if abs(loss - math.log(v)) > LOG_V_MARGIN:
@@ -661,7 +712,8 @@ SMOKE_TEST = Check(
     criterion=smoke_criterion,
     outputs={
         "logits": "the logits",
-        "logits again": "the logits of a second model built under the same seed",
+        "logits again": "the logits of a second model built under the same seed, at its second call",
+        "parameters": "the number of the model's parameters",
     },
     hints=[
         "This check runs your own parts (notebooks 03, 04, 06, 07) with your block and model: if it fails "
@@ -678,32 +730,29 @@ SMOKE_TEST = Check(
 
 # ------------------------------------------------------------------------ parameter count
 
-COUNT_CONFIGS = [
-    (30, 64, 4, 16, 128, 4, 2, 2, 64),
-    (9, 12, 3, 11, 24, 10, 2, 10, 100),
-    (32000, 4096, 32, 4096, 14336, 8, 2, 32, 32768),
-]
+COUNT_CONFIGS = [(30, 64, 4, 16, 128, 4, 2, 2, 64), (32000, 4096, 32, 4096, 14336, 8, 2, 32, 32768)]
+
+
+def _count_config(g: torch.Generator) -> tuple[int, ...]:
+    h, e = _int(g, 1, 16), _int(g, 1, 64)
+    d = h * _int(g, 1, 256)
+    return (
+        _int(g, 2, 60000),
+        d,
+        h,
+        _int(g, 1, 4096),
+        _int(g, 1, 20000),
+        e,
+        _int(g, 1, e),
+        _int(g, 1, 80),
+        _int(g, 1, 10**5),
+    )
 
 
 def count_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    configs = list(COUNT_CONFIGS)
+    # One drawn configuration among the visible cases too, so that no table of answers passes them.
+    configs = [*COUNT_CONFIGS, *(_count_config(g) for _ in range(3 if hidden else 1))]
     if hidden:
-        for _ in range(3):
-            h = _int(g, 1, 16)
-            e = _int(g, 1, 64)
-            configs.append(
-                (
-                    _int(g, 2, 60000),
-                    h * _int(g, 1, 256),
-                    h,
-                    _int(g, 1, 4096),
-                    _int(g, 1, 20000),
-                    e,
-                    _int(g, 1, e),
-                    _int(g, 1, 80),
-                    _int(g, 1, 10**5),
-                )
-            )
         configs.append((2, 1, 1, 1, 1, 1, 1, 1, 1))
     return [Case(f"transformer_parameters{config}", {"config": config}) for config in configs]
 
@@ -758,10 +807,18 @@ PREFIXES, PREFIX_LENGTH = 256, 24
 LOSS_BOUND = 1.5
 
 
+WEIGHT = "trained weight "  # the outputs that carry the trained weights, by the student's names
+SLOWEST_STEP_S = 0.5  # a step this slow would make the 150 steps outlast a cell's time limit
+
+
 def training_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     seed = _int(g, 0, 2**20) if hidden else 0
-    held_out = lm.encode(lm.course_text(PREFIXES * 2 * PREFIX_LENGTH, seed + 1))
-    starts = torch.randint(len(held_out) - PREFIX_LENGTH, (PREFIXES,), generator=g)
+    # Its own seed, kept from the kernel: from the training text's seed it could be regenerated. One
+    # prefix per stretch of 2 L characters, so that no prefix holds another's next character.
+    held_out = lm.encode(lm.course_text(PREFIXES * 2 * PREFIX_LENGTH, _int(g, 2**20 + 1, 2**31 - 2)))
+    starts = torch.arange(PREFIXES) * 2 * PREFIX_LENGTH + torch.randint(
+        PREFIX_LENGTH, (PREFIXES,), generator=g
+    )
     windows = torch.stack([held_out[s : s + PREFIX_LENGTH + 1] for s in starts.tolist()])  # (n, L + 1)
     return [
         Case(
@@ -773,13 +830,101 @@ def training_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 
 def run_training(transformer_class, case: Case) -> Outputs:
+    """The student's model made causal and trained by the course's loop (one thread: the same steps
+    on a busy machine); its logits at the prefixes' ends, and its trained weights, from which the
+    judge computes those logits again with the course's model."""
     i = case.inputs
     tokens = lm.encode(lm.course_text(100_000, i["text_seed"]))
     torch.manual_seed(i["text_seed"])
     model = lm.make_causal(transformer_class(*TRAINING))
-    lm.train(model, tokens, **TRAIN_RECIPE, seed=i["text_seed"])
-    with torch.no_grad():
-        return {"next-character logits": model(i["prefixes"])[:, -1].float()}
+    started = time.perf_counter()
+
+    def too_slow(step: int, loss: float) -> None:
+        seconds = (time.perf_counter() - started) / (step + 1)
+        if step >= 4 and seconds > SLOWEST_STEP_S:
+            raise TimeoutError(
+                f"one training step of your model takes {seconds:.2f} s here (the course's takes about 0.01 "
+                "s): "
+                f"{TRAIN_RECIPE['steps']} steps would outlast the check's time. Does your MoeLayer loop over "
+                "tokens instead of over experts?"
+            )
+
+    with one_thread():
+        lm.train(model, tokens, **TRAIN_RECIPE, seed=i["text_seed"], every=too_slow)
+        with torch.no_grad():
+            logits = model(i["prefixes"])[:, -1].float()
+    weights = {f"{WEIGHT}{name}": p.detach() for name, p in _named_parameters(model)}
+    return {"next-character logits": logits, **weights}
+
+
+def _named_parameters(model: nn.Module):
+    """The model's parameters by name, those of blocks kept in a plain list too (another concern's)."""
+    yield from model.named_parameters()
+    if not isinstance(model.blocks, nn.Module):
+        for i, block in enumerate(model.blocks):
+            for name, parameter in block.named_parameters():
+                yield f"blocks.{i}.{name}", parameter
+
+
+def course_logits(weights: dict[str, Tensor], prefixes: Tensor) -> list[Tensor] | None:
+    """The course's model, made causal, with a student's trained weights: its logits at the prefixes'
+    ends, once for each way of reading the experts' two up projections (notebook 06 let the student
+    name them); None where the reference is not at hand (a student's copy holds no solutions)."""
+    try:
+        transformer = reference.namespace(ASSIGNMENT)["Transformer"]
+    except FileNotFoundError:
+        return None
+    found = []
+    for order in (0, 1):
+        state = _course_names(weights, order)
+        if state is None:
+            continue
+        model = lm.make_causal(transformer(*TRAINING))
+        v, d, _, _, _, e, *_ = TRAINING
+        for i, block in enumerate(model.blocks):
+            if f"blocks.{i}.moe.gate.bias" in state:  # a gate with a bias: the student's choice in 06
+                block.moe.gate = nn.Linear(d, e)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError:
+            continue
+        with torch.no_grad(), one_thread():
+            found.append(model(prefixes)[:, -1].float())
+    return found
+
+
+def _course_names(weights: dict[str, Tensor], order: int) -> dict[str, Tensor] | None:
+    """The student's trained weights under the course's names (inside each expert, w1 and w3 in the
+    given order), or None for an expert that is not the course's (biases, other shapes)."""
+    _, d, _, _, f, *_ = TRAINING
+    state, experts = {}, {}
+    for name, value in weights.items():
+        if name.endswith("rotation_matrix"):  # a table kept as a parameter: the cast concern's
+            continue
+        head, found, tail = name.partition(".moe.experts.")
+        if found:
+            index, _, rest = tail.partition(".")
+            experts.setdefault(f"{head}{found}{index}.", {})[rest] = value
+        else:
+            state[name] = value
+    for prefix, params in experts.items():
+        shapes = {name: tuple(p.shape) for name, p in params.items()}
+        ups = sorted(n for n, shape in shapes.items() if shape == (f, d))
+        fused = [n for n, shape in shapes.items() if shape == (2 * f, d)]
+        downs = [n for n, shape in shapes.items() if shape == (d, f)]
+        if len(downs) != 1 or len(params) != len(ups) + len(fused) + 1:
+            return None
+        if len(ups) == 2:
+            pair = (params[ups[0]], params[ups[1]])
+        elif len(fused) == 1:
+            pair = params[fused[0]].chunk(2)
+        else:
+            return None
+        w1, w3 = pair if order == 0 else pair[::-1]
+        state.update(
+            {f"{prefix}w1.weight": w1, f"{prefix}w2.weight": params[downs[0]], f"{prefix}w3.weight": w3}
+        )
+    return state
 
 
 def training_criterion(case: Case, out: Outputs) -> str | None:
@@ -787,6 +932,17 @@ def training_criterion(case: Case, out: Outputs) -> str | None:
     if tuple(logits.shape) != (len(nxt), TRAINING[0]):
         expected = (len(nxt), TRAINING[0])
         return f"the last positions' logits have shape {tuple(logits.shape)}, expected {expected}"
+    weights = {name.removeprefix(WEIGHT): value for name, value in out.items() if name.startswith(WEIGHT)}
+    recomputed = course_logits(weights, case.inputs["prefixes"])
+    if recomputed is not None:  # the grader scores what the course's model computes with the weights
+        same = [c for c in recomputed if _agree(c, logits)]
+        if not same:
+            return (
+                "the logits your model sent are not those the course's model computes with your trained "
+                "weights: one of your parts computes something else than the course's (the whole-model part "
+                "of 08.transformer says which), or your model is not the course's (a final norm, biases)"
+            )
+        logits = same[0]
     loss = float(F.cross_entropy(logits.double(), nxt))
     if math.isfinite(loss) and loss < LOSS_BOUND:
         return None
@@ -794,11 +950,18 @@ def training_criterion(case: Case, out: Outputs) -> str | None:
         f"after {TRAIN_RECIPE['steps']} steps the loss on held-out next characters is {loss:.3f} nats, not "
         "below "
         f"{LOSS_BOUND:g} (the unigram baseline is about 2.9, the bigram about 1.9, the reference reaches "
-        "about 1.0). "
-        "A model that does not learn from its input stays near the unigram loss: check that gradients reach "
-        "every "
-        "part (blocks in an nn.ModuleList, no torch.no_grad or .detach in forward)"
+        "0.9-1.1). "
+        "A model whose blocks do not train (kept in a plain list, a .detach() or torch.no_grad() in forward) "
+        "still learns a bigram table through its embedding and head and ends near the bigram loss; so does "
+        "one "
+        "whose attention does not reach the earlier characters"
     )
+
+
+def _agree(recomputed: Tensor, sent: Tensor) -> bool:
+    """Equal but for rounding, on all but a few prefixes (a near tie in the routing may flip)."""
+    close = torch.isclose(recomputed, sent, rtol=1e-3, atol=1e-3).all(dim=-1)
+    return float(close.float().mean()) >= 0.98
 
 
 TRAINS = Check(
@@ -813,6 +976,12 @@ TRAINS = Check(
         ErrorHint(
             "has no attribute 'blocks'",
             "make_causal finds the attention of each block as model.blocks[i].attention: keep those names.",
+        ),
+        ErrorHint(
+            "modified by an inplace operation",
+            "a forward changed in place a tensor that autograd keeps for the backward pass: a residual "
+            "written x += self.attention(self.norm1(x)) overwrites the x that norm1 read. Add into a new "
+            "tensor, h = x + self.attention(self.norm1(x)), and the same for the MoE's residual.",
         ),
     ],
     hints=[

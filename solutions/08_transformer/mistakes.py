@@ -1,0 +1,655 @@
+"""Known wrong answers of notebook 08 (the transformer): the judge names them, the tests use them
+as mutants.
+
+Instructor-side only (next to the reference, not released). Each is complete, with exactly one
+thing wrong. The end-to-end tests paste this file into an answer cell of the notebook, below the
+cells of notebooks 03-07 and the reference's own answer (tests/submissions.py::mutant): so the
+mistakes build the notebook's parts by their names (RMSNorm, EfficientSlidingWindowMultiheadAttention,
+MoeLayer, get_rotation_matrix, TransformerBlock), which the checks replace with their stand-ins as
+they do a student's, and define none of the notebook's names: their helpers start with an
+underscore and their answers have names of their own. Loaded on its own (the build, the tests:
+the trusted side), the file takes those parts from the reference.
+
+08.smoke_test and 08.training are judged by criteria, not against the reference: no mistake is
+catalogued for them (tests/test_transformer.py hands them wrong models instead).
+
+Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, F d_ff, E experts, K experts
+per token, N blocks, C context (max_seq_len), V vocabulary size.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.core import Mistake
+
+try:  # pasted into the notebook: the parts its cells above define
+    RMSNorm, EfficientSlidingWindowMultiheadAttention, MoeLayer, get_rotation_matrix, TransformerBlock
+except NameError:  # loaded on its own: the same parts, the reference's
+    from autograder.reference import namespace as _namespace
+
+    _notebook = _namespace("08_transformer")
+    RMSNorm = _notebook["RMSNorm"]
+    EfficientSlidingWindowMultiheadAttention = _notebook["EfficientSlidingWindowMultiheadAttention"]
+    MoeLayer = _notebook["MoeLayer"]
+    get_rotation_matrix = _notebook["get_rotation_matrix"]
+    TransformerBlock = _notebook["TransformerBlock"]
+
+# ------------------------------------------------------------------------------ the block
+
+
+class _Block(nn.Module):
+    """The right block; each mistake below changes one thing in it."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        super().__init__()
+        self.norm1 = RMSNorm(hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(
+            hidden_size, num_heads, window_size, rotation_matrix
+        )
+        self.norm2 = RMSNorm(hidden_size)
+        self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)
+
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))  # (B, T, D)
+        return h + self.moe(self.norm2(h))
+
+
+class PostNormBlock(_Block):
+    """The original transformer's order: each norm after its residual sum."""
+
+    def forward(self, x):
+        h = self.norm1(x + self.attention(x))
+        return self.norm2(h + self.moe(h))
+
+
+class NoAttentionResidual(_Block):
+    def forward(self, x):
+        h = self.attention(self.norm1(x))
+        return h + self.moe(self.norm2(h))
+
+
+class NoMoeResidual(_Block):
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))
+        return self.moe(self.norm2(h))
+
+
+class Norm1Twice(_Block):
+    """norm2 is built and never used."""
+
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))
+        return h + self.moe(self.norm1(h))
+
+
+class ResidualFromNormalised(_Block):
+    """x = self.norm1(x) first: the residual carries the normalised stream."""
+
+    def forward(self, x):
+        x = self.norm1(x)
+        h = x + self.attention(x)
+        h = self.norm2(h)
+        return h + self.moe(h)
+
+
+class ParallelBlock(_Block):
+    """GPT-J's parallel block: both sublayers read x, their outputs are added together. The same
+    function as h = x + attention(norm1(x)); h + moe(norm2(x)), the MoE reading x instead of h."""
+
+    def forward(self, x):
+        return x + self.attention(self.norm1(x)) + self.moe(self.norm2(x))
+
+
+class MoeFirst(_Block):
+    def forward(self, x):
+        h = x + self.moe(self.norm2(x))
+        return h + self.attention(self.norm1(h))
+
+
+class HeadsAndWindowSwapped(_Block):
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        nn.Module.__init__(self)
+        self.norm1 = RMSNorm(hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(
+            hidden_size, window_size, num_heads, rotation_matrix
+        )
+        self.norm2 = RMSNorm(hidden_size)
+        self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)
+
+
+class ExpertCountsSwapped(_Block):
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        nn.Module.__init__(self)
+        self.norm1 = RMSNorm(hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(
+            hidden_size, num_heads, window_size, rotation_matrix
+        )
+        self.norm2 = RMSNorm(hidden_size)
+        self.moe = MoeLayer(hidden_size, d_ff, n_experts_per_token, num_experts)
+
+
+class TableNotPassed(_Block):
+    """The attention built without the rotation table: no RoPE at all."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        nn.Module.__init__(self)
+        self.norm1 = RMSNorm(hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(hidden_size, num_heads, window_size)
+        self.norm2 = RMSNorm(hidden_size)
+        self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)
+
+
+# ------------------------------------------------------------------------------ the model
+
+
+class _Model(nn.Module):
+    """The right model; each mistake below changes one thing in it."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        super().__init__()
+        table = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)  # (C, Dh // 2)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+            )
+            for _ in range(n_blocks)
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+    def forward(self, tokens):
+        h = self.embedding(tokens)  # (B, T, D)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)  # (B, T, V)
+
+
+class HeadTiedToEmbedding(_Model):
+    """The logits from the embedding's matrix, h @ embedding.weight.T; self.out is left unused."""
+
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return h @ self.embedding.weight.T
+
+
+class EmbeddingScaled(_Model):
+    """The embedding multiplied by sqrt(D), as the 2017 transformer does."""
+
+    def forward(self, tokens):
+        h = self.embedding(tokens) * math.sqrt(self.embedding.embedding_dim)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)
+
+
+class FirstBlockRepeated(_Model):
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for _ in self.blocks:
+            h = self.blocks[0](h)
+        return self.out(h)
+
+
+class LastBlockSkipped(_Model):
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for i in range(len(self.blocks) - 1):
+            h = self.blocks[i](h)
+        return self.out(h)
+
+
+class BlocksReversed(_Model):
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for i in reversed(range(len(self.blocks))):
+            h = self.blocks[i](h)
+        return self.out(h)
+
+
+class SoftmaxOnLogits(_Model):
+    def forward(self, tokens):
+        return F.softmax(super().forward(tokens), dim=-1)
+
+
+class FinalNormAdded(_Model):
+    """Llama's and Mistral's last RMSNorm before the head, which the homework's model has not."""
+
+    def __init__(self, vocabulary_size, hidden_size, *args):
+        super().__init__(vocabulary_size, hidden_size, *args)
+        self.norm = RMSNorm(hidden_size)
+
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(self.norm(h))
+
+
+class TableOfHiddenSize(_Model):
+    """get_rotation_matrix(hidden_size, ...): one column per pair of the whole vector, not of a head."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        table = get_rotation_matrix(hidden_size, max_seq_len, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+            )
+            for _ in range(n_blocks)
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+class ContextOfHiddenSize(_Model):
+    """get_rotation_matrix(head_dim, hidden_size, 10000.0): hidden_size rows, not max_seq_len."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        table = get_rotation_matrix(hidden_size // num_heads, hidden_size, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+            )
+            for _ in range(n_blocks)
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+class TablePerBlock(_Model):
+    """get_rotation_matrix called inside the comprehension: one table per block, all equal."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                hidden_size,
+                num_heads,
+                window_size,
+                d_ff,
+                num_experts,
+                n_experts_per_token,
+                get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0),
+            )
+            for _ in range(n_blocks)
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+class BlocksInPlainList(_Model):
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        table = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = [
+            TransformerBlock(
+                hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+            )
+            for _ in range(n_blocks)
+        ]
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+class OneBlockRepeated(_Model):
+    """[TransformerBlock(...)] * n_blocks: one module, n_blocks times."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        table = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            [
+                TransformerBlock(
+                    hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+                )
+            ]
+            * n_blocks
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+# ------------------------------------------------------------------------ parameter count
+
+
+def _parameters(
+    config,
+    *,
+    attention_biases=True,
+    head_bias=True,
+    gate_bias=False,
+    embedding=True,
+    head=True,
+    norms=True,
+    table=False,
+):
+    """(total, active) of Transformer(*config), each layer counted or not as the flags say: right with
+    the defaults."""
+    V, D, H, _, d_ff, E, K, N, C = config  # the window holds no parameter
+    expert = 3 * D * d_ff
+    shared = 2 * D * norms + 4 * D * D + 4 * D * attention_biases + E * D + E * gate_bias
+    ends = V * D * embedding + (D * V + V * head_bias) * head + C * (D // H // 2) * table
+    return ends + N * (shared + E * expert), ends + N * (shared + K * expert)
+
+
+def count_attention_without_biases(*config):
+    return _parameters(config, attention_biases=False)
+
+
+def count_head_without_bias(*config):
+    return _parameters(config, head_bias=False)
+
+
+def count_no_biases(*config):
+    return _parameters(config, attention_biases=False, head_bias=False)
+
+
+def count_gate_with_bias(*config):
+    return _parameters(config, gate_bias=True)
+
+
+def count_total_with_k_experts(*config):
+    _, active = _parameters(config)
+    return active, active
+
+
+def count_active_with_all_experts(*config):
+    total, _ = _parameters(config)
+    return total, total
+
+
+def count_without_embedding(*config):
+    return _parameters(config, embedding=False)
+
+
+def count_without_head(*config):
+    return _parameters(config, head=False)
+
+
+def count_without_norms(*config):
+    return _parameters(config, norms=False)
+
+
+def count_with_table(*config):
+    return _parameters(config, table=True)
+
+
+_PRE_NORM = "h = x + self.attention(self.norm1(x)); return h + self.moe(self.norm2(h))"
+_PARTS = (
+    "self.attention = EfficientSlidingWindowMultiheadAttention(hidden_size, num_heads, window_size, "
+    "rotation_matrix); self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)"
+)
+_FORWARD = "h = self.embedding(tokens); for block in self.blocks: h = block(h); return self.out(h)"
+_TABLE = (
+    "rotation_matrix = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0), computed once "
+    "in __init__ and given to every block"
+)
+_BLOCKS = (
+    "self.blocks = nn.ModuleList([TransformerBlock(hidden_size, num_heads, window_size, d_ff, num_experts, "
+    "n_experts_per_token, rotation_matrix) for _ in range(n_blocks)])"
+)
+_COUNT = (
+    "per block 2D (norms) + 3D^2 + 3D (qkv_linear) + D^2 + D (out) + E D (gate) + E * 3 D d_ff (experts), "
+    "K experts in place of E for the active count; plus V D (embedding) and D V + V (head)"
+)
+
+MISTAKES = {
+    "08.block": [
+        Mistake(
+            "post-norm: each norm applied after its residual sum, as in the 2017 transformer",
+            "the homework's block is pre-norm: each sublayer reads a normalised copy and its output is added "
+            f"to the stream itself, which is never normalised: {_PRE_NORM}.",
+            PostNormBlock,
+        ),
+        Mistake(
+            "no residual around the attention: h = attention(norm1(x))",
+            f"add the attention's output to the block's input: {_PRE_NORM}.",
+            NoAttentionResidual,
+        ),
+        Mistake(
+            "no residual around the MoE: the block returns moe(norm2(h))",
+            f"add the MoE's output to h: {_PRE_NORM}.",
+            NoMoeResidual,
+        ),
+        Mistake(
+            "norm1 used before both sublayers (norm2 never used)",
+            f"each sublayer has its own norm, with its own weight: the MoE reads self.norm2(h). {_PRE_NORM}.",
+            Norm1Twice,
+        ),
+        Mistake(
+            "the residual starts from the normalised stream: x = norm1(x), then x + attention(x) (the same "
+            "for the MoE)",
+            "keep the normalised copy apart and add each sublayer's output to the stream as it was: "
+            f"{_PRE_NORM}.",
+            ResidualFromNormalised,
+        ),
+        Mistake(
+            "the MoE reads x, the block's input, instead of h: x + attention(norm1(x)) + moe(norm2(x)), "
+            "GPT-J's parallel block",
+            "the sublayers run one after the other: the MoE reads h, the stream after the attention's "
+            f"residual step. {_PRE_NORM}.",
+            ParallelBlock,
+        ),
+        Mistake(
+            "the MoE applied before the attention",
+            f"attention first, then the MoE: {_PRE_NORM}.",
+            MoeFirst,
+        ),
+        Mistake(
+            "num_heads and window_size swapped in the attention's call",
+            "EfficientSlidingWindowMultiheadAttention takes (hidden_size, num_heads, window_size, "
+            f"rotation_matrix), in this order: {_PARTS}.",
+            HeadsAndWindowSwapped,
+        ),
+        Mistake(
+            "num_experts and n_experts_per_token swapped in MoeLayer's call",
+            f"MoeLayer takes (hidden_size, d_ff, num_experts, n_experts_per_token), in this order: {_PARTS}.",
+            ExpertCountsSwapped,
+        ),
+        Mistake(
+            "the rotation table is not given to the attention (no RoPE: rotation_matrix=None)",
+            f"pass the block's rotation_matrix on to the attention, which hands it to its RoPE: {_PARTS}.",
+            TableNotPassed,
+        ),
+    ],
+    "08.transformer": [
+        Mistake(
+            "the head tied to the embedding: the logits are h @ embedding.weight.T, self.out is unused",
+            "the homework's model has a head of its own, a separate nn.Linear(hidden_size, vocabulary_size) "
+            f"with a bias: {_FORWARD}.",
+            HeadTiedToEmbedding,
+        ),
+        Mistake(
+            "the embedding scaled by sqrt(hidden_size)",
+            f"the 2017 transformer scales it; Llama, Mistral and the homework do not: {_FORWARD}.",
+            EmbeddingScaled,
+        ),
+        Mistake(
+            "the first block applied n_blocks times (self.blocks[0] in the loop)",
+            f"each block once, in order, each reading the previous one's output: {_FORWARD}.",
+            FirstBlockRepeated,
+        ),
+        Mistake(
+            "the last block skipped",
+            f"every block runs, the last one too: {_FORWARD}.",
+            LastBlockSkipped,
+        ),
+        Mistake(
+            "the blocks applied in reverse order",
+            f"block 0 reads the embedding, the last block feeds the head: {_FORWARD}.",
+            BlocksReversed,
+        ),
+        Mistake(
+            "softmax applied to the logits",
+            "forward returns the logits themselves: F.cross_entropy and generation apply the (log-)softmax "
+            f"they need. {_FORWARD}.",
+            SoftmaxOnLogits,
+        ),
+        Mistake(
+            "a final RMSNorm before the head (Llama's and Mistral's, not the homework's)",
+            f"the homework's model has none, and the reference's weights hold none: {_FORWARD}.",
+            FinalNormAdded,
+        ),
+        Mistake(
+            "get_rotation_matrix called with hidden_size instead of the head size",
+            "RoPE rotates each head's queries and keys, pairs of head_dim = hidden_size // num_heads "
+            f"features: {_TABLE}.",
+            TableOfHiddenSize,
+        ),
+        Mistake(
+            "get_rotation_matrix called with hidden_size rows instead of max_seq_len",
+            f"the table has one row per position, up to the context max_seq_len: {_TABLE}.",
+            ContextOfHiddenSize,
+        ),
+        Mistake(
+            "get_rotation_matrix called once per block",
+            f"the table depends on the configuration alone: compute it once and share it. {_TABLE}.",
+            TablePerBlock,
+        ),
+        Mistake(
+            "the blocks kept in a plain Python list",
+            "a module registers the modules among its attributes, not those inside a list: "
+            "model.parameters() misses the blocks (an optimizer never trains them), state_dict() does not "
+            f"save them, .to() does not move them. {_BLOCKS}.",
+            BlocksInPlainList,
+        ),
+        Mistake(
+            "one block repeated n_blocks times ([TransformerBlock(...)] * n_blocks)",
+            "multiplying a list repeats the same module, so every entry shares one set of weights: build "
+            f"each block with its own call, in a list comprehension. {_BLOCKS}.",
+            OneBlockRepeated,
+        ),
+    ],
+    "08.parameter_count": [
+        Mistake(
+            "the attention's biases left out (Llama's attention has none; notebook 03's has them)",
+            f"qkv_linear and out keep nn.Linear's biases here, 3D and D per block: {_COUNT}.",
+            count_attention_without_biases,
+        ),
+        Mistake(
+            "the head's bias left out",
+            f"the head is nn.Linear(D, V) with its bias, V more: {_COUNT}.",
+            count_head_without_bias,
+        ),
+        Mistake(
+            "no bias counted anywhere (qkv_linear, out, head)",
+            f"only the gate and the experts are bias-free: {_COUNT}.",
+            count_no_biases,
+        ),
+        Mistake(
+            "the gate counted with a bias",
+            f"the gate is nn.Linear(D, E, bias=False), E D: {_COUNT}.",
+            count_gate_with_bias,
+        ),
+        Mistake(
+            "the total counts K experts per block, as the active count does",
+            f"the model holds all E experts of every block; a token uses K of them: {_COUNT}.",
+            count_total_with_k_experts,
+        ),
+        Mistake(
+            "the active count counts all E experts",
+            f"a token runs through K experts per block, not E: {_COUNT}.",
+            count_active_with_all_experts,
+        ),
+        Mistake(
+            "the embedding left out",
+            f"nn.Embedding(V, D) holds V D parameters, counted in both: {_COUNT}.",
+            count_without_embedding,
+        ),
+        Mistake(
+            "the head left out",
+            f"the head nn.Linear(D, V) holds D V + V parameters, counted in both: {_COUNT}.",
+            count_without_head,
+        ),
+        Mistake(
+            "the norms left out",
+            f"each block's two RMSNorm hold a weight of D each: {_COUNT}.",
+            count_without_norms,
+        ),
+        Mistake(
+            "the RoPE table counted as parameters",
+            "the table is computed from the configuration, not learned: it is no parameter. " + _COUNT + ".",
+            count_with_table,
+        ),
+    ],
+}

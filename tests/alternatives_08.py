@@ -1,0 +1,307 @@
+"""Correct answers to notebook 08 (the transformer) written differently from the reference.
+
+Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, F d_ff, E experts, K experts
+per token, N blocks, C context (max_seq_len), V vocabulary size. The answers build the parts of
+notebooks 03-07 by their names, as a student's do; here those names are the reference's.
+
+Not among them: a block that adds its residuals in place (x += ...). Its values are right and
+08.block passes it, but it overwrites a tensor autograd kept, so the model cannot be trained:
+08.training fails it, naming the in-place addition (tests/test_transformer.py).
+"""
+
+import torch
+import torch.nn as nn
+
+from autograder.reference import namespace
+
+from .alternatives_03 import GatherLayer
+from .alternatives_04 import rotation_matrix_exp
+from .alternatives_06 import MoeDense
+from .alternatives_07 import RMSNormOneOverSqrt
+from .submissions import solution_sources
+
+_notebook = namespace("08_transformer")
+RMSNorm = _notebook["RMSNorm"]
+EfficientSlidingWindowMultiheadAttention = _notebook["EfficientSlidingWindowMultiheadAttention"]
+MoeLayer = _notebook["MoeLayer"]
+get_rotation_matrix = _notebook["get_rotation_matrix"]
+TransformerBlock = _notebook["TransformerBlock"]
+
+# ------------------------------------------------------------------------------ the block
+
+
+class BlockPartsReordered(nn.Module):
+    """The parts assigned in another order (their registration order changes, not their names)."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        super().__init__()
+        self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)
+        self.norm2 = RMSNorm(hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(
+            hidden_size, num_heads, window_size, rotation_matrix
+        )
+        self.norm1 = RMSNorm(hidden_size)
+
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))
+        return h + self.moe(self.norm2(h))
+
+
+class BlockOneExpression(BlockPartsReordered):
+    def forward(self, x):
+        return (h := x + self.attention(self.norm1(x))) + self.moe(self.norm2(h))
+
+
+class BlockHomeworkStyle(nn.Module):
+    """Question 23 as the homework words it: the parts built with keyword arguments, the stream
+    reassigned to x at each step."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        super().__init__()
+        self.norm1 = RMSNorm(hidden_size=hidden_size)
+        self.attention = EfficientSlidingWindowMultiheadAttention(
+            hidden_size=hidden_size,
+            num_heads=num_heads,
+            window_size=window_size,
+            rotation_matrix=rotation_matrix,
+        )
+        self.norm2 = RMSNorm(hidden_size=hidden_size)
+        self.moe = MoeLayer(
+            hidden_size=hidden_size,
+            d_ff=d_ff,
+            num_experts=num_experts,
+            n_experts_per_token=n_experts_per_token,
+        )
+
+    def forward(self, x):
+        x = x + self.attention(self.norm1(x))
+        x = x + self.moe(self.norm2(x))
+        return x
+
+
+# ------------------------------------------------------------------------------ the model
+
+
+class TransformerSequential(nn.Module):
+    """The blocks in an nn.Sequential, called as one module."""
+
+    def __init__(self, vocabulary_size, hidden_size, num_heads, window_size, d_ff, num_experts, *rest):
+        super().__init__()
+        n_experts_per_token, n_blocks, max_seq_len = rest
+        table = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.Sequential(
+            *(
+                TransformerBlock(
+                    hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+                )
+                for _ in range(n_blocks)
+            )
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+    def forward(self, tokens):
+        return self.out(self.blocks(self.embedding(tokens)))
+
+
+class TransformerAddModule(nn.Module):
+    """An empty nn.ModuleList filled with add_module, the head built first."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        super().__init__()
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        rotation_matrix = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)
+        self.blocks = nn.ModuleList()
+        for i in range(n_blocks):
+            block = TransformerBlock(
+                hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+            )
+            self.blocks.add_module(str(i), block)
+
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for i in range(len(self.blocks)):
+            h = self.blocks[i](h)
+        return self.out(h)
+
+
+class TransformerHeadWithoutBias(TransformerAddModule):
+    """Llama's head, nn.Linear(..., bias=False): the homework's has a bias, which the checks leave free."""
+
+    def __init__(self, vocabulary_size, hidden_size, *rest):
+        super().__init__(vocabulary_size, hidden_size, *rest)
+        self.out = nn.Linear(hidden_size, vocabulary_size, bias=False)
+
+
+class TransformerTableKeywords(TransformerAddModule):
+    """The table asked for with keyword arguments, in another order than the signature's."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        table = get_rotation_matrix(context_size=max_seq_len, period=1e4, dim=hidden_size // num_heads)
+        self.blocks = nn.ModuleList(
+            [
+                TransformerBlock(
+                    hidden_size=hidden_size,
+                    num_heads=num_heads,
+                    window_size=window_size,
+                    d_ff=d_ff,
+                    num_experts=num_experts,
+                    n_experts_per_token=n_experts_per_token,
+                    rotation_matrix=table,
+                )
+                for _ in range(n_blocks)
+            ]
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
+class TransformerHomeworkStyle(nn.Module):
+    """Question 24 as the homework words it: "compute the rotation matrix for RoPE" (kept on the
+    model, an int period), "instantiate the embedding, the transformer blocks, and the last linear
+    layer"; forward reassigns x."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        super().__init__()
+        head_dim = hidden_size // num_heads
+        self.rotation_matrix = get_rotation_matrix(head_dim, max_seq_len, period=10000)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        self.blocks = nn.ModuleList(
+            [
+                TransformerBlock(
+                    hidden_size,
+                    num_heads,
+                    window_size,
+                    d_ff,
+                    num_experts,
+                    n_experts_per_token,
+                    rotation_matrix=self.rotation_matrix,
+                )
+                for _ in range(n_blocks)
+            ]
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+    def forward(self, x):
+        x = self.embedding(x)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.out(x)
+        return logits
+
+
+# --------------------------------------------------------------- the reference's, other parts
+
+
+def _over_other_parts(*cells: str) -> dict:
+    """The reference's cells run over correct parts of other spellings, as a student's would be:
+    03's GatherLayer (with a block-diagonal RoPE), 04's table through torch.exp, 06's dense MoE of
+    fused experts, 07's 1 / sqrt norm. The whole model's float32 logits drift furthest here."""
+    names = {
+        "torch": torch,
+        "nn": nn,
+        "RMSNorm": RMSNormOneOverSqrt,
+        "EfficientSlidingWindowMultiheadAttention": GatherLayer,
+        "MoeLayer": MoeDense,
+        "get_rotation_matrix": rotation_matrix_exp,
+    }
+    sources = solution_sources("08_transformer")
+    for cell in cells:
+        exec(compile(sources[cell], f"08_transformer.ipynb:{cell}", "exec"), names)
+    return names
+
+
+_OTHER_PARTS = _over_other_parts("block", "transformer")
+BlockOfOtherParts, TransformerOfOtherParts = _OTHER_PARTS["TransformerBlock"], _OTHER_PARTS["Transformer"]
+BlockOfOtherParts.__name__ = BlockOfOtherParts.__qualname__ = "BlockOfOtherParts"
+TransformerOfOtherParts.__name__ = TransformerOfOtherParts.__qualname__ = "TransformerOfOtherParts"
+
+# ------------------------------------------------------------------------ parameter count
+
+
+def count_layer_by_layer(
+    vocabulary_size,
+    hidden_size,
+    num_heads,
+    window_size,
+    d_ff,
+    num_experts,
+    n_experts_per_token,
+    n_blocks,
+    max_seq_len,
+):
+    """Each layer's (in, out, bias) in a loop, as nn.Linear holds them."""
+
+    def linear(n_in, n_out, bias):
+        return n_in * n_out + (n_out if bias else 0)
+
+    D = hidden_size
+    shared = 2 * D + linear(D, 3 * D, True) + linear(D, D, True) + linear(D, num_experts, False)
+    expert = sum(linear(a, b, False) for a, b in ((D, d_ff), (D, d_ff), (d_ff, D)))
+    total = active = vocabulary_size * D + linear(D, vocabulary_size, True)
+    for _ in range(n_blocks):
+        total += shared + num_experts * expert
+        active += shared + n_experts_per_token * expert
+    return total, active
+
+
+def count_factored(V, D, H, W, F, E, K, N, C):
+    """The same sums factored: V (2D + 1) + N D (4D + 6 + E + 3 E F), K for E in the experts."""
+    ends = V * (2 * D + 1)
+    return ends + N * D * (4 * D + 6 + E + 3 * E * F), ends + N * D * (4 * D + 6 + E + 3 * K * F)
+
+
+ALTERNATIVES = {
+    "08.block": [BlockPartsReordered, BlockOneExpression, BlockHomeworkStyle, BlockOfOtherParts],
+    "08.transformer": [
+        TransformerSequential,
+        TransformerAddModule,
+        TransformerHeadWithoutBias,
+        TransformerTableKeywords,
+        TransformerHomeworkStyle,
+        TransformerOfOtherParts,
+    ],
+    # 08.training trains each answer on every pinned seed: one besides the reference, for the suite's time.
+    "08.smoke_test": [TransformerHomeworkStyle, TransformerSequential, TransformerOfOtherParts],
+    "08.training": [TransformerHomeworkStyle],
+    "08.parameter_count": [count_layer_by_layer, count_factored],
+}

@@ -1,0 +1,397 @@
+"""Notebook 08 (the transformer): the pasted cells against notebooks 03-07, the parameter count
+against the reference model, and how the checks grade what students hand in: a buggy or unfinished
+part from an earlier notebook, blocks in a plain list, a RoPE table kept as a buffer, renamed parts,
+models that are random, too confident, blind to their input, frozen, or that peek at the next token.
+
+Key: B batch, T sequence length, D hidden size, H heads, F d_ff, E experts, K experts per token,
+N blocks, C context (max_seq_len), V vocabulary size.
+"""
+
+import warnings
+from functools import cache
+
+import nbformat
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder import evaluate, reference
+from autograder.api import make_cases
+from autograder.cells import grade_id
+from autograder.checks.transformer import (
+    BUILT,
+    CAST,
+    MODEL_WIRING,
+    PREFIX_LENGTH,
+    PREFIXES,
+    REGISTERED,
+    ROTATION,
+    WHOLE,
+    WIRING,
+)
+from autograder.core import _fresh_copy
+from autograder.exchange import write_cases
+from autograder.paths import source_notebook
+
+from .submissions import (
+    mutant,
+    names_the_notebook_binds,
+    namespace,
+    perfect,
+    release,
+    solution_sources,
+    with_answer,
+)
+
+ASSIGNMENT = "08_transformer"
+HIDDEN_SEED = 8
+VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+MODEL_CONCERNS = (MODEL_WIRING, REGISTERED, ROTATION, WHOLE, CAST)
+
+
+def ref(name: str):
+    return reference.namespace(ASSIGNMENT)[name]
+
+
+def verdict(name, answer, seed=None):
+    return evaluate(name, answer, hidden=seed is not None, seed=seed)
+
+
+def parts(result) -> dict[str, bool]:
+    return {part.concern: part.passed for part in result.parts}
+
+
+def part_message(result, concern: str) -> str:
+    return next(part.message for part in result.parts if part.concern == concern)
+
+
+def mistake(name: str, impl_name: str):
+    (impl,) = [m.impl for m in reference.mistakes(name) if m.impl.__name__ == impl_name]
+    return impl
+
+
+def notebook_names(**sources: str) -> dict:
+    """What a student's notebook defines: the reference's answers, the cells named here replaced."""
+    notebook = perfect(ASSIGNMENT)
+    for cell, source in sources.items():
+        with_answer(notebook, cell, source)
+    return namespace(notebook)
+
+
+@cache
+def answer(cell: str) -> str:
+    return solution_sources(ASSIGNMENT)[cell]
+
+
+@cache
+def cells(assignment: str) -> dict[str, str]:
+    """grade_id -> source of every tracked cell of a source notebook."""
+    notebook = nbformat.read(source_notebook(assignment), as_version=4)
+    return {grade_id(c): c.source for c in notebook.cells if grade_id(c)}
+
+
+# ------------------------------------------------------------------ the notebook itself
+
+
+@pytest.mark.parametrize(
+    ("cell", "sources"),
+    [
+        ("from_03", [("03_sliding_window", "sliding_window")]),
+        ("from_04", [("04_rope", "rotation_matrix"), ("04_rope", "rope_forward")]),
+        ("from_06", [("06_moe", "feed_forward"), ("06_moe", "moe_layer")]),
+        ("from_07", [("07_rmsnorm", "rmsnorm")]),
+    ],
+)
+def test_the_pasted_parts_are_those_notebooks_cells(cell, sources):
+    """One source of truth: after changing an answer cell of 03, 04, 06 or 07, paste it into 08's
+    cell again (two blank lines between two cells), then `course build 08_transformer`."""
+    assert cells(ASSIGNMENT)[cell] == "\n\n\n".join(cells(a)[name] for a, name in sources)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        (30, 16, 4, 5, 24, 4, 2, 2, 16),
+        (9, 12, 3, 11, 24, 10, 2, 10, 100),  # the homework's smoke test
+        (7, 8, 1, 3, 12, 1, 1, 1, 4),
+        (5, 6, 3, 2, 7, 6, 6, 3, 8),
+    ],
+)
+def test_the_reference_count_is_what_the_reference_model_holds(config):
+    torch.manual_seed(0)
+    model = ref("Transformer")(*config)
+    total, active = ref("transformer_parameters")(*config)
+    assert total == sum(p.numel() for p in model.parameters())
+    d, f, e, k, n = config[1], config[4], config[5], config[6], config[7]
+    assert total - active == n * (e - k) * 3 * d * f  # the experts a token skips
+    assert all(isinstance(count, int) for count in (total, active))
+
+
+def test_mistakes_file_redefines_none_of_the_notebooks_names():
+    """mutant() pastes the file into an answer cell: a name it shares with the notebook must be the
+    notebook's own object (its parts, taken from the reference when the file is loaded alone)."""
+    module = reference._mistakes_module(ASSIGNMENT)
+    notebook = reference.namespace(ASSIGNMENT)
+    shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
+    assert {"RMSNorm", "MoeLayer", "TransformerBlock", "get_rotation_matrix"} <= shared
+    assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
+
+
+def test_pasted_into_the_notebook_the_mistakes_use_its_parts():
+    """There the file rebinds none of the parts the cells above define (it does not read the
+    reference): its mistakes build the notebook's parts, in the notebook's namespace."""
+    names = namespace(
+        mutant(ASSIGNMENT, "transformer", "Transformer", mistake("08.transformer", "TablePerBlock"))
+    )
+    assert "_notebook" not in names
+    assert names["Transformer"].__name__ == "TablePerBlock"
+    assert names["Transformer"].__init__.__globals__ is names
+
+
+# ------------------------------------------------------------ parts from notebooks 03-07
+
+
+def with_06_moe_layer(forward_or_init: str) -> str:
+    """The 06 cell with MoeLayer redefined as a subclass that changes one method."""
+    return answer("from_06") + "\n\n\nclass MoeLayer(MoeLayer):\n" + forward_or_init
+
+
+WEIGHTS_NOT_APPLIED = """    def forward(self, x):
+        values, selected_experts = torch.topk(self.gate(x), self.n_experts_per_token)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            batch_idx, token_idx, _ = torch.where(selected_experts == i)
+            out[batch_idx, token_idx] += expert(x[batch_idx, token_idx])
+        return out
+"""
+K_EXPERTS_BUILT = """    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__(hidden_size, d_ff, num_experts, n_experts_per_token)
+        self.experts = self.experts[:n_experts_per_token]
+"""
+
+
+@pytest.mark.parametrize("bug", [WEIGHTS_NOT_APPLIED, K_EXPERTS_BUILT], ids=["routing", "init"])
+def test_a_buggy_part_costs_the_block_nothing_and_fails_the_whole_model(bug):
+    """06.moe_routing and 06.moe_init charge these; 08's wiring and sizes are right."""
+    names = notebook_names(from_06=with_06_moe_layer(bug))
+    for seed in (None, HIDDEN_SEED):
+        block = verdict("08.block", names["TransformerBlock"], seed)
+        assert block.passed, block.message
+    model = verdict("08.transformer", names["Transformer"])
+    assert parts(model) == {**dict.fromkeys(MODEL_CONCERNS, True), WHOLE: False}, model.message
+    assert "the logits" in part_message(model, WHOLE)
+
+
+@pytest.mark.parametrize(
+    "unfinished", [("from_06",), ("from_03", "from_04", "from_06", "from_07")], ids=["moe", "every part"]
+)
+def test_unfinished_parts_leave_the_wiring_concerns_their_points(unfinished):
+    """Until the parts are pasted their cells hold the stubs: the concerns that bring their own
+    parts still grade the block and the model."""
+    stubs = {grade_id(c): c.source for c in release(ASSIGNMENT).cells}
+    names = notebook_names(**{cell: stubs[cell] for cell in unfinished})
+    block = verdict("08.block", names["TransformerBlock"])
+    assert parts(block) == {WIRING: True, BUILT: True}, block.message
+    model = verdict("08.transformer", names["Transformer"])
+    assert parts(model) == {**dict.fromkeys(MODEL_CONCERNS, True), WHOLE: False, CAST: False}, model.message
+    assert "NotImplementedError" in part_message(model, WHOLE)
+
+
+def test_a_fused_expert_loads_into_the_whole_model():
+    """06 accepts an expert whose w1 and w3 are one Linear(D, 2 d_ff): the reference's w1 = w3 load
+    into both halves."""
+    fused = """
+
+class FeedForward(nn.Module):
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w13 = nn.Linear(hidden_size, 2 * d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, hidden_size, bias=False)
+
+    def forward(self, x):
+        gated, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gated) * up)
+"""
+    result = verdict("08.transformer", notebook_names(from_06=answer("from_06") + fused)["Transformer"])
+    assert result.passed, result.message
+
+
+def test_a_rope_table_kept_as_a_buffer_fails_only_the_cast():
+    buffer = """
+
+class RoPE(RoPE):
+    def __init__(self, rotation_matrix):
+        nn.Module.__init__(self)
+        self.register_buffer("rotation_matrix", rotation_matrix)
+"""
+    names = notebook_names(from_04=answer("from_04") + buffer)
+    model = names["Transformer"](11, 16, 4, 5, 24, 4, 2, 2, 20)
+    assert any(name.endswith("rope.rotation_matrix") for name, _ in model.named_buffers())
+    with warnings.catch_warnings():  # torch warns of the lost imaginary part once per process only
+        warnings.simplefilter("ignore")
+        result = verdict("08.transformer", names["Transformer"])
+    assert parts(result) == {**dict.fromkeys(MODEL_CONCERNS, True), CAST: False}, result.message
+    assert "if the RoPE table is a buffer or a parameter" in part_message(result, CAST)
+    assert verdict("08.block", names["TransformerBlock"]).passed
+
+
+# ---------------------------------------------------------------- the block and the model
+
+
+@VISIBLE_AND_HIDDEN
+def test_blocks_in_a_plain_list_lose_only_the_registration(seed):
+    result = verdict("08.transformer", mistake("08.transformer", "BlocksInPlainList"), seed)
+    assert parts(result) == {**dict.fromkeys(MODEL_CONCERNS, True), REGISTERED: False}, result.message
+    message = part_message(result, REGISTERED)
+    for words in ("not registered", "never trains them", "does not save them", "nn.ModuleList([...])"):
+        assert words in message, (words, message)
+
+
+def test_renamed_parts_are_told_the_names_both_ways():
+    renamed = answer("block").replace("self.attention", "self.attn")
+    assert "self.attention" not in renamed
+    names = notebook_names(block=renamed)
+    block = verdict("08.block", names["TransformerBlock"])
+    assert not any(parts(block).values())
+    expected = "your block has no attention: name its parts norm1, attention, norm2, moe as the question asks"
+    assert expected in block.message and "yours has norm1, attn, norm2, moe" in block.message, block.message
+    whole = part_message(verdict("08.transformer", names["Transformer"]), WHOLE)
+    assert "they have, your model has not: blocks.0.attention.qkv_linear.weight" in whole, whole
+    assert "your model has, they have not: blocks.0.attn.qkv_linear.weight" in whole, whole
+
+
+def test_a_final_norm_is_listed_by_name_in_the_whole_model():
+    result = verdict("08.transformer", mistake("08.transformer", "FinalNormAdded"))
+    whole = part_message(result, WHOLE)
+    assert "your model has, they have not: norm.weight" in whole, whole
+    assert "The homework's model has no final norm" in whole
+
+
+def test_the_case_names_show_whole_calls():
+    for case in make_cases("08.transformer", hidden=True, seed=HIDDEN_SEED):
+        call = case.name.split(":")[0].split(", tokens")[0]
+        assert call.startswith("Transformer(") and call.endswith(")") and call.count(",") == 8, case.name
+
+
+IN_PLACE = """
+
+
+class TransformerBlock(TransformerBlock):
+    def forward(self, x):
+        x += self.attention(self.norm1(x))
+        x += self.moe(self.norm2(x))
+        return x
+"""
+
+
+def test_a_residual_added_in_place_passes_the_block_and_fails_training_by_name():
+    """x += ... gives the right values and overwrites the x that norm1 kept for the backward pass.
+    The block check has no gradient to break (and hands each run a fresh copy of x): it grades the
+    values. Training is where the in-place addition fails, and is named."""
+    names = notebook_names(block=answer("block") + IN_PLACE)
+    assert verdict("08.block", names["TransformerBlock"]).passed
+    assert verdict("08.smoke_test", names["Transformer"]).passed  # under torch.no_grad()
+    message = verdict("08.training", names["Transformer"]).message
+    assert "modified by an inplace operation" in message
+    assert "Looks like: a forward changed in place a tensor that autograd keeps" in message, message
+
+
+# ---------------------------------------------------------------- smoke test and training
+
+
+class RandomForward(nn.Module):
+    """The reference model plus noise drawn in forward from torch's generator: the seed replays it."""
+
+    def __init__(self, *config):
+        super().__init__()
+        self.model = ref("Transformer")(*config)
+
+    def forward(self, tokens):
+        logits = self.model(tokens)
+        return logits + 0.01 * torch.randn(logits.shape)
+
+
+class Overconfident(RandomForward):
+    def forward(self, tokens):
+        return 20 * self.model(tokens)
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        (RandomForward, "two models built under the same torch.manual_seed, the second called twice"),
+        (Overconfident, "far from log V"),
+    ],
+)
+def test_a_random_or_overconfident_model_fails_the_smoke_test(model, words):
+    result = verdict("08.smoke_test", model)
+    assert not result.passed and words in result.message, result.message
+
+
+class Frozen(nn.Module):
+    """The embedding and the blocks run under torch.no_grad(): only the head learns."""
+
+    def __init__(self, *config):
+        super().__init__()
+        model = ref("Transformer")(*config)
+        self.embedding, self.blocks, self.out = model.embedding, model.blocks, model.out
+
+    def forward(self, tokens):
+        with torch.no_grad():
+            h = self.embedding(tokens)
+            for block in self.blocks:
+                h = block(h)
+        return self.out(h)
+
+
+class Blind(Frozen):
+    """The logits do not depend on the input: the unigram frequencies at best."""
+
+    def forward(self, tokens):
+        return self.out(torch.zeros(*tokens.shape, self.out.in_features))
+
+
+class Peeking(Frozen):
+    """A right model that also reads the next token from its input and adds a large logit to it:
+    near-zero loss in training, where every position but the last has its answer in the input."""
+
+    def forward(self, tokens):
+        h = self.embedding(tokens)
+        for block in self.blocks:
+            h = block(h)
+        logits = self.out(h)  # (B, T, V)
+        peek = 30.0 * F.one_hot(tokens[:, 1:], logits.shape[-1])  # (B, T - 1, V)
+        return logits + F.pad(peek, (0, 0, 0, 1))  # the last position has no next token to read
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        (Frozen, "near the bigram loss"),
+        (Blind, "not those the course's model computes with your trained weights"),
+        (Peeking, "not below 1.5"),
+    ],
+)
+def test_models_that_do_not_learn_the_text_fail_training(model, words):
+    """A frozen model stays near the bigram loss. A blind one sends logits that the course's model does
+    not compute from its weights. A peeking one learns to copy the next token and is scored fairly:
+    only each prefix's last position is, with nothing to copy."""
+    result = verdict("08.training", model)
+    assert not result.passed
+    assert words in result.message, result.message
+
+
+def test_the_training_targets_never_reach_the_kernel(tmp_path):
+    """The kernel gets the training text's seed and the prefixes; the character after each prefix
+    stays with the judge (the held-out text has a seed of its own, not one the kernel could derive)."""
+    (tmp_path / "cases").mkdir()
+    for hidden in (False, True):
+        (case,) = make_cases("08.training", hidden=hidden, seed=HIDDEN_SEED)
+        assert set(case.inputs) == {"text_seed", "prefixes"} and set(case.judge_only) == {"next"}
+        assert tuple(case.inputs["prefixes"].shape) == (PREFIXES, PREFIX_LENGTH)
+        assert not _fresh_copy(case).judge_only
+        write_cases(tmp_path, "08.training", hidden, [case])
+    for path in (tmp_path / "cases").iterdir():
+        (sent,) = torch.load(path, weights_only=True)
+        assert set(sent) == {"name", "inputs"} and set(sent["inputs"]) == {"text_seed", "prefixes"}
