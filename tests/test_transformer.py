@@ -395,3 +395,24 @@ def test_the_training_targets_never_reach_the_kernel(tmp_path):
     for path in (tmp_path / "cases").iterdir():
         (sent,) = torch.load(path, weights_only=True)
         assert set(sent) == {"name", "inputs"} and set(sent["inputs"]) == {"text_seed", "prefixes"}
+
+
+def test_experts_with_biases_and_names_of_their_own_train_and_load():
+    """Notebook 06 let an expert name its linears and keep their biases (advice only): the whole
+    model loads the reference's weights into it (biases zeroed), and the grader rebuilds the trained
+    model's logits with those biases."""
+    biased = """
+
+class FeedForward(nn.Module):
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.up = nn.Linear(hidden_size, d_ff)
+        self.gate_proj = nn.Linear(hidden_size, d_ff)
+        self.down = nn.Linear(d_ff, hidden_size)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate_proj(x)) * self.up(x))
+"""
+    model = notebook_names(from_06=answer("from_06") + biased)["Transformer"]
+    assert verdict("08.transformer", model).passed
+    assert verdict("08.training", model, HIDDEN_SEED).passed

@@ -880,10 +880,11 @@ def course_logits(weights: dict[str, Tensor], prefixes: Tensor) -> list[Tensor] 
         if state is None:
             continue
         model = lm.make_causal(transformer(*TRAINING))
-        v, d, _, _, _, e, *_ = TRAINING
-        for i, block in enumerate(model.blocks):
-            if f"blocks.{i}.moe.gate.bias" in state:  # a gate with a bias: the student's choice in 06
-                block.moe.gate = nn.Linear(d, e)
+        for name in state:  # a bias of the gate or of an expert's linear: the student's choice in 06
+            module_name, _, kind = name.rpartition(".")
+            module = model.get_submodule(module_name) if kind == "bias" else None
+            if isinstance(module, nn.Linear) and module.bias is None:
+                module.bias = nn.Parameter(torch.zeros(module.out_features))
         try:
             model.load_state_dict(state)
         except RuntimeError:
@@ -894,8 +895,9 @@ def course_logits(weights: dict[str, Tensor], prefixes: Tensor) -> list[Tensor] 
 
 
 def _course_names(weights: dict[str, Tensor], order: int) -> dict[str, Tensor] | None:
-    """The student's trained weights under the course's names (inside each expert, w1 and w3 in the
-    given order), or None for an expert that is not the course's (biases, other shapes)."""
+    """The student's trained weights under the course's names (inside each expert, its linears found
+    by their weights' shapes, w1 and w3 in the given order; biases kept with their weights), or None
+    for an expert that is not the course's (other shapes)."""
     _, d, _, _, f, *_ = TRAINING
     state, experts = {}, {}
     for name, value in weights.items():
@@ -904,26 +906,26 @@ def _course_names(weights: dict[str, Tensor], order: int) -> dict[str, Tensor] |
         head, found, tail = name.partition(".moe.experts.")
         if found:
             index, _, rest = tail.partition(".")
-            experts.setdefault(f"{head}{found}{index}.", {})[rest] = value
+            module, _, kind = rest.rpartition(".")  # ("w1", "weight"), ("up", "bias")...
+            experts.setdefault(f"{head}{found}{index}.", {}).setdefault(module, {})[kind] = value
         else:
             state[name] = value
-    for prefix, params in experts.items():
-        shapes = {name: tuple(p.shape) for name, p in params.items()}
+    for prefix, linears in experts.items():
+        shapes = {name: tuple(p["weight"].shape) if "weight" in p else () for name, p in linears.items()}
         ups = sorted(n for n, shape in shapes.items() if shape == (f, d))
         fused = [n for n, shape in shapes.items() if shape == (2 * f, d)]
         downs = [n for n, shape in shapes.items() if shape == (d, f)]
-        if len(downs) != 1 or len(params) != len(ups) + len(fused) + 1:
+        if len(downs) != 1 or len(linears) != len(ups) + len(fused) + 1:
             return None
         if len(ups) == 2:
-            pair = (params[ups[0]], params[ups[1]])
+            pair = (linears[ups[0]], linears[ups[1]])
         elif len(fused) == 1:
-            pair = params[fused[0]].chunk(2)
+            pair = tuple({k: v.chunk(2)[i] for k, v in linears[fused[0]].items()} for i in (0, 1))
         else:
             return None
         w1, w3 = pair if order == 0 else pair[::-1]
-        state.update(
-            {f"{prefix}w1.weight": w1, f"{prefix}w2.weight": params[downs[0]], f"{prefix}w3.weight": w3}
-        )
+        for course_name, linear in (("w1", w1), ("w2", linears[downs[0]]), ("w3", w3)):
+            state.update({f"{prefix}{course_name}.{kind}": value for kind, value in linear.items()})
     return state
 
 
