@@ -416,3 +416,23 @@ class FeedForward(nn.Module):
     model = notebook_names(from_06=answer("from_06") + biased)["Transformer"]
     assert verdict("08.transformer", model).passed
     assert verdict("08.training", model, HIDDEN_SEED).passed
+
+
+@pytest.mark.parametrize(
+    ("how", "period", "passes"),
+    [("partial", 10000.0, True), ("cached", 10000.0, True), ("partial", 500.0, False)],
+)
+def test_a_table_asked_for_under_another_name_is_read_from_the_blocks(how, period, passes):
+    """get_rotation_matrix bound in functools.partial or called by a cached helper escapes the
+    recorder: the check then reads the table the built blocks hold, and compares it with the
+    student's own get_rotation_matrix(Dh, C, 10000)."""
+    helper = {
+        "partial": f"import functools\nrotation = functools.partial(get_rotation_matrix, period={period})\n",
+        "cached": "import functools\n\n\n@functools.cache\ndef rotation(dim, context):\n"
+        f"    return get_rotation_matrix(dim, context, {period})\n",
+    }[how]
+    call = "get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)"
+    assert call in answer("transformer")
+    source = helper + answer("transformer").replace(call, "rotation(hidden_size // num_heads, max_seq_len)")
+    result = verdict("08.transformer", notebook_names(transformer=source)["Transformer"])
+    assert parts(result)[ROTATION] is passes, result.message

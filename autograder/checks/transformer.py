@@ -480,15 +480,39 @@ def _run_table(transformer_class, args: tuple) -> Outputs:
         transformer_class, {"get_rotation_matrix": calls.get_rotation_matrix, "TransformerBlock": calls.block}
     ):
         transformer_class(*args)
-    asked, table = calls.tables[0] if calls.tables else ([math.nan] * 3, None)
+    if not calls.tables:  # asked for under another name (functools.partial, a cached helper)?
+        return _tables_built(transformer_class, args) or _table_outputs([math.nan] * 3, 0, len(calls.given))
+    asked, table = calls.tables[0]
+    # Counted per block built: [TransformerBlock(...)] * n builds one (the registered concern's).
+    without = sum(given is not table for given in calls.given)
+    return _table_outputs(asked, len(calls.tables), without)
+
+
+def _table_outputs(asked: list[float], calls: int, without: int) -> Outputs:
     return {
-        "table calls": torch.tensor(len(calls.tables)),
+        "table calls": torch.tensor(calls),
         "table arguments": torch.tensor(asked, dtype=torch.float64),
-        # Counted per block built: [TransformerBlock(...)] * n builds one (the registered concern's).
-        "blocks built without the table": torch.tensor(
-            sum(given is not table or table is None for given in calls.given)
-        ),
+        "blocks built without the table": torch.tensor(without),
     }
+
+
+def _tables_built(transformer_class, args: tuple) -> Outputs | None:
+    """The table the built model's blocks hold, where no call of get_rotation_matrix was seen: one
+    table for all, of C rows, equal to the student's get_rotation_matrix(Dh, C, 10000) (so the
+    arguments are those asked for). None where the model or its parts cannot be read."""
+    _, d, h, *_, c = args
+    try:
+        model = transformer_class(*args)
+        tables = [block.attention.rope.rotation_matrix for block in model.blocks]
+        expected = transformer_class.__init__.__globals__["get_rotation_matrix"](d // h, c, PERIOD)
+    except Exception:
+        return None
+    if not tables or not all(isinstance(t, Tensor) for t in [*tables, expected]):
+        return None
+    first = tables[0]
+    same = first.shape == expected.shape and bool(torch.allclose(first, expected))
+    asked = [float(d // h), float(first.shape[0]), PERIOD if same else math.nan]
+    return _table_outputs(asked, 1, sum(t is not first for t in tables))
 
 
 def _registered(case: Case, out: Outputs) -> str | None:
