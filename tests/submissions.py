@@ -8,12 +8,13 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import evaluate
 from autograder.api import grading_seed, judge_results, make_cases
 from autograder.cells import grade_id, nbgrader_meta
 from autograder.checks import CHECKS
 from autograder.core import Check, Verdict, run_stage
 from autograder.paths import NOTEBOOKS, SOLUTIONS, source_notebook
-from autograder.reference import assignment_of, is_reference_cell
+from autograder.reference import assignment_of, is_reference_cell, mistakes
 
 
 def release(assignment: str) -> nbformat.NotebookNode:
@@ -129,3 +130,21 @@ def digests(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
+
+
+def verdict(name: str, answer, seed: int | None = None) -> Verdict:
+    """`answer` judged by check `name`, in this process: on its visible cases (seed None, from the
+    snapshot, as a student's notebook judges them) or on the hidden cases that `seed` draws."""
+    return evaluate(name, answer, hidden=seed is not None, seed=seed)
+
+
+def parts(result: Verdict) -> dict[str, bool]:
+    """Whether each concern of a verdict passed, by its name."""
+    return {part.concern: part.passed for part in result.parts}
+
+
+def mistake(name: str, impl_name: str):
+    """The known mistake of check `name` whose implementation (or first object) is called `impl_name`."""
+    impls = [m.impl for m in mistakes(name)]
+    (impl,) = [i for i in impls if (i[0] if isinstance(i, tuple) else i).__name__ == impl_name]
+    return impl

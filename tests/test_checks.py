@@ -12,7 +12,7 @@ from functools import cache
 import pytest
 import torch
 
-from autograder import CHECKS, CheckFailed, check, evaluate, reference
+from autograder import CHECKS, CheckFailed, check, reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
 from autograder.core import missing_import, run_stage
@@ -26,15 +26,11 @@ from .alternatives import (
     rotation_matrix_complex,
     rotation_matrix_exp,
 )
-from .submissions import namespace, objects_for, release
+from .submissions import namespace, objects_for, release, verdict
 
 HIDDEN_SEED = 7
 # None: the visible cases (from the snapshot); an int: the hidden cases drawn from that seed.
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
-
-
-def verdict(name, obj, seed=None):
-    return evaluate(name, obj, hidden=seed is not None, seed=seed)
 
 
 def reference_of(name):

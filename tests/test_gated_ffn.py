@@ -13,11 +13,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder import evaluate, reference
+from autograder import reference
 from autograder.checks.gated_ffn import BIAS_FREE, FFN_COUNT, LLAMA_DIM, SIGLU_CORE, VARIANT_CONCERNS
 from autograder.core import TOLERANCES
 
-from .submissions import names_the_notebook_binds
+from .submissions import names_the_notebook_binds, parts, verdict
 
 ASSIGNMENT = "05_gated_ffn"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -27,14 +27,6 @@ VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["
 
 def ref(name: str):
     return reference.namespace(ASSIGNMENT)[name]
-
-
-def verdict(name, answer, seed=None):
-    return evaluate(name, answer, hidden=seed is not None, seed=seed)
-
-
-def parts(result) -> dict[str, bool]:
-    return {part.concern: part.passed for part in result.parts}
 
 
 # ------------------------------------------------------------------ the reference itself

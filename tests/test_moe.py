@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder import evaluate, reference
+from autograder import reference
 from autograder.api import make_cases
 from autograder.checks.moe import (
     BALANCE,
@@ -32,7 +32,7 @@ from autograder.checks.moe import (
 from autograder.core import TOLERANCES
 from autograder.paths import REPO, source_notebook
 
-from .submissions import names_the_notebook_binds
+from .submissions import mistake, names_the_notebook_binds, parts, verdict
 
 ASSIGNMENT = "06_moe"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -42,20 +42,6 @@ VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["
 
 def ref(name: str):
     return reference.namespace(ASSIGNMENT)[name]
-
-
-def verdict(name, answer, seed=None):
-    return evaluate(name, answer, hidden=seed is not None, seed=seed)
-
-
-def parts(result) -> dict[str, bool]:
-    return {part.concern: part.passed for part in result.parts}
-
-
-def mistake(name: str, impl_name: str):
-    """The implementation of check `name`'s known mistake whose class or function is `impl_name`."""
-    (impl,) = [m.impl for m in reference.mistakes(name) if m.impl.__name__ == impl_name]
-    return impl
 
 
 def mistake_name(name: str, impl_name: str) -> str:

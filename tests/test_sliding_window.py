@@ -38,6 +38,7 @@ from autograder.paths import REPO, source_notebook
 
 from .alternatives_03 import ODD_ONLY, CatZerosLayer
 from .alternatives_04 import RoPEReal
+from .submissions import mistake, parts
 
 ASSIGNMENT = "03_sliding_window"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -62,10 +63,6 @@ def given_loop() -> type:
 
 def ref(name: str):
     return reference.namespace(ASSIGNMENT)[name]
-
-
-def parts(verdict) -> dict[str, bool]:
-    return {part.concern: part.passed for part in verdict.parts}
 
 
 # ------------------------------------------------------------------ the reference itself
@@ -430,13 +427,6 @@ def test_a_fresh_copy_holds_its_own_tensors_inside_lists_and_dicts():
 
 
 # ----------------------------------------------------------------- RoPE inside (Q10)
-
-
-def mistake(name: str, impl_name: str):
-    """The known mistake of check `name` whose implementation (or layer) is called `impl_name`."""
-    impls = [m.impl for m in reference.mistakes(name)]
-    (impl,) = [i for i in impls if (i[0] if isinstance(i, tuple) else i).__name__ == impl_name]
-    return impl
 
 
 def test_a_table_for_the_window_gets_the_hint_not_a_grader_error():

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder import evaluate, reference
+from autograder import reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
 from autograder.checks.transformer import (
@@ -35,12 +35,15 @@ from autograder.exchange import write_cases
 from autograder.paths import source_notebook
 
 from .submissions import (
+    mistake,
     mutant,
     names_the_notebook_binds,
     namespace,
+    parts,
     perfect,
     release,
     solution_sources,
+    verdict,
     with_answer,
 )
 
@@ -54,21 +57,8 @@ def ref(name: str):
     return reference.namespace(ASSIGNMENT)[name]
 
 
-def verdict(name, answer, seed=None):
-    return evaluate(name, answer, hidden=seed is not None, seed=seed)
-
-
-def parts(result) -> dict[str, bool]:
-    return {part.concern: part.passed for part in result.parts}
-
-
 def part_message(result, concern: str) -> str:
     return next(part.message for part in result.parts if part.concern == concern)
-
-
-def mistake(name: str, impl_name: str):
-    (impl,) = [m.impl for m in reference.mistakes(name) if m.impl.__name__ == impl_name]
-    return impl
 
 
 def notebook_names(**sources: str) -> dict:
