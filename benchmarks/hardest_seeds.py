@@ -144,12 +144,13 @@ def main() -> None:
     args = parser.parse_args()
     if unknown := sorted(set(args.checks) - set(CHECKS)):
         raise SystemExit(f"no check {', '.join(unknown)}")
-    pinned, failures = load(), []
+    failures = []
     for name in args.checks or CHECKS:
         start = time.perf_counter()
         margins, failed = scan(name, range(args.seeds))
         worst = hardest(margins, args.keep)
         seeds = list(worst)
+        pinned = load()  # read again for each check: another scan may have pinned its own meanwhile
         pinned["checks"][name] = {
             "seeds": seeds,
             "margins": {str(seed): float(f"{margin:.3g}") for seed, margin in worst.items()},
