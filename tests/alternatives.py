@@ -14,6 +14,9 @@ from .alternatives_06 import ALTERNATIVES as ALTERNATIVES_06
 from .alternatives_07 import ALTERNATIVES as ALTERNATIVES_07
 from .alternatives_07 import RMSNormOneOverSqrt
 from .alternatives_08 import ALTERNATIVES as ALTERNATIVES_08
+from .alternatives_09 import ALTERNATIVES as ALTERNATIVES_09
+from .alternatives_10 import ALTERNATIVES as ALTERNATIVES_10
+from .alternatives_11 import ALTERNATIVES as ALTERNATIVES_11
 
 ALTERNATIVES = {
     **ALTERNATIVES_00,
@@ -25,6 +28,9 @@ ALTERNATIVES = {
     **ALTERNATIVES_06,
     **ALTERNATIVES_07,
     **ALTERNATIVES_08,
+    **ALTERNATIVES_09,
+    **ALTERNATIVES_10,
+    **ALTERNATIVES_11,
 }
 
 __all__ = ["ALTERNATIVES", "RMSNormOneOverSqrt", "RoPEReal", "rotation_matrix_complex", "rotation_matrix_exp"]
