@@ -1,0 +1,792 @@
+"""Checks of notebook 09, KV cache and generation.
+
+Key: B batch, T tokens in one call, L tokens of a whole sequence, D hidden size, H query heads,
+Hkv key/value heads (n_kv_heads), Dh head_dim = D // H, C max_seq_len (the cache's length),
+W window_size, V vocabulary size, P prompt length, N new tokens.
+
+A call of the cached layer takes x (B, T, D) at absolute positions start_pos .. start_pos + T - 1,
+writes its keys and values into the cache there, and attends over the cache's first
+start_pos + T positions. The checks feed a sequence to it in chunks (a prefill, then chunks and
+single tokens, as generation does) and compare every step with the reference and with one
+prefill of the whole sequence.
+"""
+
+import contextlib
+
+import torch
+import torch.nn as nn
+
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from .rope import random_rotation_table
+
+Tensor = torch.Tensor
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random int in [low, high]."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def _plain(value, what: str) -> Tensor:
+    """A plain tensor (no subclass, which could put its work off until it is read), detached."""
+    if type(value) is not torch.Tensor:
+        raise TypeError(f"{what} is a {type(value).__name__}, not a torch.Tensor")
+    return value.detach().clone()
+
+
+def _rotated(x: Tensor, table: Tensor, start_pos: int) -> Tensor:
+    """Each (x[2k], x[2k+1]) pair of the token at index t turned by the angle of table[start_pos + t],
+    in real 2x2 form: what the judge compares a student's RoPE with. (B, H, T, Dh) -> same."""
+    angles = table[start_pos : start_pos + x.shape[-2]].angle()  # (T, Dh/2)
+    cos, sin = angles.cos(), angles.sin()
+    a, b = x[..., 0::2].float(), x[..., 1::2].float()
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+# ------------------------------------------------------------------------- RoPE at positions
+
+ROPE_CORE = "rotations at the absolute positions start_pos .. start_pos + T - 1"
+ROPE_OMITTED = "forward(queries, keys) without start_pos is notebook 04's RoPE"
+# B H T Dh C start_pos: a start inside the table, the last rows, one token at the end, T = C.
+ROPE_SHAPES = [(2, 2, 4, 8, 16, 5), (1, 3, 3, 4, 12, 9), (1, 1, 1, 6, 10, 9), (2, 1, 7, 4, 7, 0)]
+
+
+def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(ROPE_SHAPES)
+    if hidden:
+        for _ in range(3):
+            b, h, t, dh = _int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 12), 2 * _int(g, 1, 8)
+            c = t + _int(g, 1, 30)
+            shapes.append((b, h, t, dh, c, _int(g, 1, c - t)))
+    cases = []
+    for b, h, t, dh, c, start in shapes:
+        q, k = torch.randn(2, b, h, t, dh, generator=g)
+        inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, c, dh // 2), "start_pos": start}
+        cases.append(Case(f"B={b} H={h} T={t} Dh={dh} context={c} start_pos={start}", inputs))
+    q, k = torch.randn(2, 2, 2, 5, 6, generator=g)
+    inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, 9, 3), "start_pos": None}
+    cases.append(Case("B=2 H=2 T=5 Dh=6 context=9, called as rope(q, k)", inputs, concern=ROPE_OMITTED))
+    return cases
+
+
+def run_rope(rope_class, case: Case) -> Outputs:
+    i = case.inputs
+    rope = rope_class(i["rotation_matrix"])
+    if i["start_pos"] is None:
+        q, k = rope(i["q"], i["k"])
+    else:
+        q, k = rope(i["q"], i["k"], i["start_pos"])
+    return {"queries": q, "keys": k}
+
+
+def _start(case: Case) -> int:
+    return case.inputs["start_pos"] or 0
+
+
+def _at_absolute_positions(case: Case, out: Outputs) -> str | None:
+    for name, key in (("queries", "q"), ("keys", "k")):
+        x, got = case.inputs[key], out[name]
+        if got.shape != x.shape:
+            return None
+        want = _rotated(x, case.inputs["rotation_matrix"], _start(case))
+        gap = (got.float() - want).abs().amax(dim=(0, 1, 3))  # (T,): per token
+        if gap.max().item() > 1e-4:
+            t = int(gap.argmax())
+            return (
+                f"the {name} token at index {t} (position {_start(case) + t}) is not turned by row "
+                f"{_start(case) + t} of the table: off by {gap.max().item():.3g}"
+            )
+    return None
+
+
+ROPE_POSITIONS = Check(
+    name="09.rope_positions",
+    target="RoPE",
+    answer="rope_positions",
+    cases=rope_cases,
+    run=run_rope,
+    concerns=[Concern(ROPE_CORE, weight=3), Concern(ROPE_OMITTED, weight=1)],
+    outputs={"queries": "the tensor of rotated queries", "keys": "the tensor of rotated keys"},
+    properties=[Property("token t turned by row start_pos + t of the table", _at_absolute_positions)],
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "take the T rows of the table that belong to the call's tokens: rotation_matrix[start_pos : "
+            "start_pos + T], of shape (T, Dh // 2).",
+        ),
+        ErrorHint(
+            "takes 3 positional arguments but 4 were given",
+            "keep the given signature: forward(self, queries, keys, start_pos=0).",
+        ),
+    ],
+    hints=[
+        "In generation a call holds the tokens at positions start_pos .. start_pos + T - 1 of the "
+        "sequence, not 0 .. T - 1: which rows of the table do they need?",
+        "Test it: rotating a whole sequence at once and rotating its last 3 tokens alone with "
+        "start_pos = T - 3 must give the same last 3 rows: rope(q, k)[0][:, :, -3:] equals "
+        "rope(q[:, :, -3:], k[:, :, -3:], T - 3)[0].",
+        "Notebook 04's forward with rotation_matrix[start_pos : start_pos + T] in place of "
+        "rotation_matrix[:T]; start_pos = 0 gives notebook 04's RoPE back.",
+    ],
+)
+
+# ------------------------------------------------------------------------------ repeat_kv
+
+# B Hkv T Dh n_rep
+REPEAT_SHAPES = [(2, 2, 5, 4, 3), (1, 1, 3, 2, 4), (2, 3, 4, 2, 1), (1, 4, 2, 3, 2)]
+
+
+def repeat_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(REPEAT_SHAPES)
+    if hidden:
+        shapes += [
+            (_int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 9), _int(g, 1, 8), _int(g, 2, 4)) for _ in range(3)
+        ]
+    return [
+        Case(
+            f"x of shape (B={b}, Hkv={h}, T={t}, Dh={dh}), n_rep={n}",
+            {"x": torch.randn(b, h, t, dh, generator=g), "n_rep": n},
+        )
+        for b, h, t, dh, n in shapes
+    ]
+
+
+def run_repeat(repeat_kv, case: Case) -> Outputs:
+    return {"repeated": repeat_kv(case.inputs["x"], case.inputs["n_rep"])}
+
+
+def _grouped(case: Case, out: Outputs) -> str | None:
+    x, n, got = case.inputs["x"], case.inputs["n_rep"], out["repeated"]
+    if got.shape != (x.shape[0], x.shape[1] * n, *x.shape[2:]):
+        return None
+    for head in range(got.shape[1]):
+        if not torch.equal(got[:, head], x[:, head // n]):
+            return f"query head {head} should read key/value head {head} // {n} = {head // n}, and does not"
+    return None
+
+
+REPEAT_KV = Check(
+    name="09.repeat_kv",
+    target="repeat_kv",
+    cases=repeat_cases,
+    run=run_repeat,
+    outputs={"repeated": "the repeated tensor"},
+    properties=[Property("query head h reads key/value head h // n_rep", _grouped)],
+    hints=[
+        "The output has H = Hkv * n_rep heads; query head h shares the keys of head h // n_rep, so the "
+        "n_rep copies of each key/value head sit next to each other: [k0, k0, k1, k1] for n_rep = 2.",
+        "Test it: repeat_kv(torch.arange(2.).view(1, 2, 1, 1), 2).flatten() must be [0, 0, 1, 1], not "
+        "[0, 1, 0, 1].",
+        "x[:, :, None] has shape (B, Hkv, 1, T, Dh); expand it to (B, Hkv, n_rep, T, Dh) and reshape to "
+        "(B, Hkv * n_rep, T, Dh). torch.repeat_interleave(x, n_rep, dim=1) gives the same, with a copy.",
+    ],
+)
+
+# -------------------------------------------------------------------- the cached attention
+
+DECODE = "a prefill, then chunks and single tokens at start_pos > 0"
+PREFILL = "one prefill from position 0 (the causal forward)"
+GQA = "grouped-query attention (n_kv_heads < num_heads)"
+WINDOW = "a sliding window (window_size=W)"
+CACHE = "the cache: (max_batch_size, n_kv_heads, max_seq_len, head_dim), keys rotated, written at start_pos"
+
+# (concern, B, L, D, H, Hkv, max B, C, W, chunks, a longer sequence fed first)
+LAYER_CASES = [
+    (DECODE, 2, 9, 16, 4, 4, 2, 12, None, (4, 1, 2, 1, 1), False),
+    (DECODE, 1, 6, 8, 2, 2, 3, 10, None, (3, 1, 1, 1), True),
+    (PREFILL, 2, 7, 16, 4, 4, 2, 7, None, (7,), False),
+    (PREFILL, 1, 5, 12, 3, 3, 2, 9, None, (5,), True),
+    (GQA, 2, 8, 24, 6, 2, 2, 10, None, (8,), False),
+    (GQA, 1, 7, 16, 4, 1, 1, 8, None, (7,), True),
+    (WINDOW, 1, 10, 16, 4, 2, 1, 12, 3, (6, 1, 2, 1), False),
+    (CACHE, 2, 8, 16, 4, 2, 3, 11, None, (5, 2, 1), False),
+]
+
+
+def _layer_inputs(g, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> dict:
+    dh = d // h
+    scale = d**-0.5
+    inputs = {
+        "config": [d, h, h_kv, max_b, c],
+        "window_size": w,
+        "rotation_matrix": random_rotation_table(g, c, dh // 2),
+        "weights": {
+            "wq": torch.randn(h * dh, d, generator=g) * scale * 2,
+            "wk": torch.randn(h_kv * dh, d, generator=g) * scale * 2,
+            "wv": torch.randn(h_kv * dh, d, generator=g) * scale,
+            "wo": torch.randn(d, h * dh, generator=g) * scale,
+        },
+        "x": torch.randn(b, length, d, generator=g),
+        "chunks": list(chunks),
+        # the RoPE and repeat_kv of the notebook, run on their own to name a bug of theirs
+        "probe_q": torch.randn(1, 1, min(3, c), dh, generator=g),
+        "probe_kv": torch.randn(1, h_kv, 2, dh, generator=g),
+    }
+    if stale:  # a longer sequence first: the cache then holds its keys past the new one's end
+        inputs["earlier"] = torch.randn(max_b, c, d, generator=g)
+    return inputs
+
+
+def _layer_name(concern, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> str:
+    window = f" W={w}" if w else ""
+    steps = " + ".join(map(str, chunks))
+    before = f", after a sequence of {c} tokens in the same cache" if stale else ""
+    sizes = f"B={b} D={d} H={h} Hkv={h_kv} max_batch_size={max_b} C={c}{window}"
+    return f"{sizes}, L={length} fed as {steps}{before}"
+
+
+def kv_cache_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(LAYER_CASES)
+    if hidden:
+        for concern in (DECODE, GQA, DECODE):
+            h_kv = _int(g, 1, 3)
+            h = h_kv * (_int(g, 2, 3) if concern == GQA else 1)
+            d, length = h * 2 * _int(g, 1, 4), _int(g, 3, 14)
+            first = _int(g, 1, length - 1)
+            chunks = [length] if concern == GQA else [first] + [1] * (length - first)
+            shapes.append(
+                (
+                    concern,
+                    _int(g, 1, 3),
+                    length,
+                    d,
+                    h,
+                    h_kv,
+                    3,
+                    length + _int(g, 0, 6),
+                    None,
+                    tuple(chunks),
+                    bool(_int(g, 0, 1)),
+                )
+            )
+    cases = []
+    for shape in shapes:
+        concern, *rest = shape
+        cases.append(Case(_layer_name(concern, *rest), _layer_inputs(g, *rest), concern=concern))
+    return cases
+
+
+def build_cached_layer(layer_class, inputs: dict):
+    """The student's layer at the case's sizes, with the case's weights (any bias set to zero)."""
+    layer = layer_class(*inputs["config"], inputs["rotation_matrix"], window_size=inputs["window_size"])
+    for name, weight in inputs["weights"].items():
+        linear = getattr(layer, name, None)
+        if not isinstance(linear, nn.Linear):
+            raise ValueError(
+                f"the layer has no nn.Linear `{name}`: keep the given projections wq, wk, wv, wo"
+            )
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            if linear.bias is not None:
+                linear.bias.zero_()
+    return layer
+
+
+def _fed_in_chunks(layer, x: Tensor, chunks: list[int]) -> Tensor:
+    steps, start = [], 0
+    for size in chunks:
+        steps.append(_plain(layer(x[:, start : start + size], start), "the layer's output"))
+        start += size
+    return torch.cat(steps, dim=1)
+
+
+def run_kv_cache(targets, case: Case) -> Outputs:
+    layer_class, rope_class, repeat_kv = targets
+    i = case.inputs
+    with torch.no_grad():
+        layer = build_cached_layer(layer_class, i)
+        if "earlier" in i:
+            layer(i["earlier"], 0)
+        output = _fed_in_chunks(layer, i["x"], i["chunks"])
+        if case.concern == CACHE:  # the cache alone: a bug of the mask costs nothing here
+            outputs = _cache_contents(layer, *i["x"].shape[:2])
+        else:
+            outputs = {"output": output}
+        if len(i["chunks"]) > 1 and case.concern != CACHE:  # the same sequence in one prefill, fresh layer
+            whole = i["x"].shape[1]
+            outputs["one_prefill"] = _fed_in_chunks(build_cached_layer(layer_class, i), i["x"], [whole])
+    outputs.update(_probes(rope_class, repeat_kv, i))
+    return outputs
+
+
+def _cache_contents(layer, b: int, end: int) -> Outputs:
+    outputs = {}
+    for name in ("cache_k", "cache_v"):
+        cache = getattr(layer, name, None)
+        if type(cache) is not torch.Tensor:
+            raise ValueError(f"the layer has no tensor `self.{name}`: allocate it in __init__")
+        outputs[f"{name}_shape"] = torch.tensor(cache.shape)
+        outputs[name] = cache[:b, :, :end].detach().clone()
+    return outputs
+
+
+def _probes(rope_class, repeat_kv, inputs: dict) -> Outputs:
+    """The notebook's RoPE at start_pos 1 and its repeat_kv, each on its own: a bug of theirs is
+    then named as one. A diagnosis never fails a check, whatever the code does."""
+    found = {}
+    with contextlib.suppress(Exception):
+        q = inputs["probe_q"]
+        found["rope_probe"] = _plain(rope_class(inputs["rotation_matrix"])(q, q.clone(), 1)[0], "")
+    with contextlib.suppress(Exception):
+        h, h_kv = inputs["config"][1:3]
+        found["repeat_probe"] = _plain(repeat_kv(inputs["probe_kv"], h // h_kv), "")
+    return found
+
+
+def _steps_equal_one_prefill(case: Case, out: Outputs) -> str | None:
+    got, whole = out.get("output"), out.get("one_prefill")
+    if got is None or whole is None or got.shape != whole.shape or got.dim() != 3:
+        return None
+    start = 0
+    for step, size in enumerate(case.inputs["chunks"]):
+        gap = (got[:, start : start + size] - whole[:, start : start + size]).abs().max().item()
+        if not gap <= 1e-4:
+            return (
+                f"step {step + 1} (start_pos={start}, T={size}) differs from one prefill of the whole "
+                f"sequence by {gap:.3g}: each step must give the rows the full causal forward gives"
+            )
+        start += size
+    return None
+
+
+def _rope_from_question_1(case: Case, out: Outputs) -> str | None:
+    got = out.get("rope_probe")
+    q = case.inputs["probe_q"]
+    if got is None or got.shape != q.shape:
+        return None
+    gap = (got.float() - _rotated(q, case.inputs["rotation_matrix"], 1)).abs().max().item()
+    if gap < 1e-4:
+        return None
+    return f"your RoPE (Question 1) rotates queries at start_pos=1 wrongly, by up to {gap:.3g}: fix it first"
+
+
+def _repeat_kv_from_question_2(case: Case, out: Outputs) -> str | None:
+    got, x = out.get("repeat_probe"), case.inputs["probe_kv"]
+    h, h_kv = case.inputs["config"][1:3]
+    if got is None:
+        return None
+    want = x.repeat_interleave(h // h_kv, dim=1)
+    if got.shape == want.shape and torch.allclose(got, want):
+        return None
+    return (
+        "your repeat_kv (Question 2) does not give query head h the key/value head h // n_rep: fix it first"
+    )
+
+
+KV_CACHE = Check(
+    name="09.kv_cache",
+    target=("CachedAttention", "RoPE", "repeat_kv"),
+    answer="kv_cache",
+    cases=kv_cache_cases,
+    run=run_kv_cache,
+    points=1,
+    hidden_points=3,
+    concerns=[
+        Concern(DECODE, weight=2),
+        Concern(PREFILL, weight=1),
+        Concern(GQA, weight=1),
+        Concern(WINDOW, weight=1),
+        Concern(CACHE, weight=1),
+    ],
+    outputs={
+        "output": "the layer's outputs, step after step",
+        "one_prefill": "the output of one prefill of the whole sequence",
+        "cache_k": "the cached keys cache_k[:B, :, :L]",
+        "cache_v": "the cached values cache_v[:B, :, :L]",
+        "cache_k_shape": "the shape of cache_k",
+        "cache_v_shape": "the shape of cache_v",
+        "rope_probe": "the queries your RoPE rotates at start_pos=1",
+        "repeat_probe": "what your repeat_kv returns",
+    },
+    measured=("one_prefill", "rope_probe", "repeat_probe"),
+    diagnostic=("RoPE", "repeat_kv"),
+    properties=[
+        Property("every step equals one prefill of the whole sequence", _steps_equal_one_prefill),
+        Property("your RoPE from Question 1 is right", _rope_from_question_1),
+        Property("your repeat_kv from Question 2 is right", _repeat_kv_from_question_2),
+    ],
+    error_hints=[
+        ErrorHint(
+            "has no attribute 'cache_k'",
+            "allocate the cache in __init__: self.cache_k = torch.zeros(max_batch_size, n_kv_heads, "
+            "max_seq_len, head_dim), and self.cache_v the same.",
+        ),
+        ErrorHint(
+            "must match the size of tensor",
+            "shapes in forward: q (B, H, T, Dh), the cached keys (B, Hkv, start_pos + T, Dh) before "
+            "repeat_kv and (B, H, start_pos + T, Dh) after; the mask (T, start_pos + T) has one row per new "
+            "query and one column per cached key.",
+        ),
+        ErrorHint(
+            "The size of tensor a",
+            "shapes in forward: q (B, H, T, Dh), the cached keys (B, Hkv, start_pos + T, Dh) before "
+            "repeat_kv and (B, H, start_pos + T, Dh) after; the mask (T, start_pos + T) has one row per new "
+            "query and one column per cached key.",
+        ),
+    ],
+    hints=[
+        "A call sees only its T new tokens. Where in the cache do their keys and values go, which cached "
+        "positions may query i (at position start_pos + i) look at, and which must it not (later ones, "
+        "ones past the current end, ones left from an earlier sequence)?",
+        "Test it in a new cell: layer(x, 0) on a whole sequence, then, in a fresh layer, layer(x[:, :4], 0) "
+        "followed by layer(x[:, t:t+1], t) for t = 4, 5, ...: every step must give the matching row of "
+        "the whole-sequence output (torch.allclose with atol=1e-5).",
+        "Rotate q and k with self.rope(q, k, start_pos) before caching k; write "
+        "self.cache_k[:B, :, start_pos:start_pos + T] = k; read keys = self.cache_k[:B, :, :start_pos + T]. "
+        "Query i sits at position start_pos + i and sees key j when j <= start_pos + i (and, with a window, "
+        "j > start_pos + i - W).",
+        "scores (B, H, T, start_pos + T) = q @ repeat_kv(keys, H // Hkv).transpose(-2, -1) / sqrt(Dh); "
+        "fill the hidden ones with -inf, softmax over the last dimension, times the repeated values, "
+        "merge the heads back to (B, T, H * Dh) and apply wo.",
+    ],
+)
+
+# ---------------------------------------------------------------------------- cache memory
+
+# (name, layers, batch, seq_len, heads, kv heads, head_dim, bytes per value)
+MODELS = [
+    ("Llama 2 7B, fp16, batch 1, 4096 tokens", 32, 1, 4096, 32, 32, 128, 2),
+    ("Mistral 7B (GQA), bf16, batch 1, 8192 tokens", 32, 1, 8192, 32, 8, 128, 2),
+    ("Llama 3 70B (GQA), bf16, batch 8, 8192 tokens", 80, 8, 8192, 64, 8, 128, 2),
+    ("the course's model, float32, batch 4, 64 tokens", 2, 4, 64, 4, 4, 16, 4),
+    ("a multi-query model (one kv head), float32", 12, 2, 1024, 12, 1, 64, 4),
+]
+
+
+def memory_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    models = list(MODELS)
+    if hidden:
+        for _ in range(3):
+            kv = _int(g, 1, 8)
+            models.append(
+                (
+                    "a random model",
+                    _int(g, 1, 48),
+                    _int(g, 1, 16),
+                    _int(g, 1, 20000),
+                    kv * _int(g, 1, 4),
+                    kv,
+                    16 * _int(g, 1, 16),
+                    int(2 ** _int(g, 0, 3)),
+                )
+            )
+    keys = ("n_layers", "batch_size", "seq_len", "num_heads", "n_kv_heads", "head_dim", "bytes_per_value")
+    cases = []
+    for name, *values in models:
+        inputs = dict(zip(keys, values, strict=True))
+        listed = ", ".join(f"{k}={v}" for k, v in inputs.items())
+        cases.append(Case(f"{name} ({listed})", inputs))
+    return cases
+
+
+def run_memory(kv_cache_bytes, case: Case) -> Outputs:
+    value = kv_cache_bytes(**case.inputs)
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"kv_cache_bytes returned {type(value).__name__} {value!r}, not a whole number of bytes"
+        )
+    return {"bytes": torch.tensor(value, dtype=torch.float64)}  # float64: exact below 2**53
+
+
+CACHE_BYTES = Check(
+    name="09.cache_bytes",
+    target="kv_cache_bytes",
+    cases=memory_cases,
+    run=run_memory,
+    outputs={"bytes": "the number of bytes"},
+    hints=[
+        "What does the cache hold, per layer, per sequence of the batch and per position: how many "
+        "vectors, of how many numbers? Which of num_heads and n_kv_heads sets that?",
+        "Check your formula against the layer you built: CachedAttention(...).cache_k.nbytes + "
+        ".cache_v.nbytes is one layer's cache in float32 (bytes_per_value = 4).",
+        "Keys and values (2) x layers x batch x positions x key/value heads x head_dim x bytes per value. "
+        "num_heads is not in it: that is the saving of grouped-query attention.",
+    ],
+)
+
+# ------------------------------------------------------------------ sampling distribution
+
+TEMPERATURE = "softmax(logits / temperature)"
+TOP_K = "top_k keeps the k largest logits"
+GREEDY = "temperature 0 is greedy: all the probability on the argmax, no division by zero"
+
+
+def sampling_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    # (concern, B, V, temperature, top_k, scale of the logits)
+    settings = [
+        (TEMPERATURE, 2, 7, 1.0, None, 2.0),
+        (TEMPERATURE, 3, 5, 0.5, None, 1.0),
+        (TEMPERATURE, 1, 9, 2.0, None, 3.0),
+        (TEMPERATURE, 2, 6, 0.7, None, 1000.0),
+        (TOP_K, 2, 8, 1.0, 3, 2.0),
+        (TOP_K, 3, 5, 0.8, 1, 1.0),
+        (TOP_K, 1, 6, 1.5, 6, 1.0),
+        (GREEDY, 2, 7, 0.0, None, 1.0),
+        (GREEDY, 2, 6, 0.0, 2, 3.0),
+    ]
+    if hidden:
+        for concern in (TEMPERATURE, TOP_K, GREEDY):
+            v = _int(g, 3, 40)
+            t = 0.0 if concern == GREEDY else float(torch.empty(()).uniform_(0.3, 3.0, generator=g))
+            settings.append((concern, _int(g, 1, 4), v, t, _int(g, 1, v) if concern == TOP_K else None, 2.0))
+    cases = []
+    for concern, b, v, t, k, scale in settings:
+        logits = torch.randn(b, v, generator=g) * scale
+        name = f"logits of shape ({b}, {v}) (|logits| ~ {scale:g}), temperature={t:g}, top_k={k}"
+        cases.append(Case(name, {"logits": logits, "temperature": t, "top_k": k}, concern=concern))
+    return cases
+
+
+def run_sampling(sampling_distribution, case: Case) -> Outputs:
+    i = case.inputs
+    return {"probabilities": sampling_distribution(i["logits"].clone(), i["temperature"], i["top_k"])}
+
+
+def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
+    p = out["probabilities"]
+    if p.shape != case.inputs["logits"].shape:
+        return None
+    gap = (p.double().sum(-1) - 1).abs().max().item()
+    return None if gap <= 1e-5 else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
+
+
+def _zero_outside_top_k(case: Case, out: Outputs) -> str | None:
+    p, logits, k = out["probabilities"], case.inputs["logits"], case.inputs["top_k"]
+    if k is None or p.shape != logits.shape:
+        return None
+    kept = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.topk(k, dim=-1).indices, True)
+    leaked = p.masked_fill(kept, 0).abs().max().item()
+    return None if leaked == 0 else f"a token outside the top {k} has probability {leaked:.3g}"
+
+
+SAMPLING = Check(
+    name="09.sampling_distribution",
+    target="sampling_distribution",
+    cases=sampling_cases,
+    run=run_sampling,
+    concerns=[Concern(TEMPERATURE, weight=2), Concern(TOP_K, weight=1), Concern(GREEDY, weight=1)],
+    outputs={"probabilities": "the probabilities"},
+    properties=[
+        Property("each row sums to 1", _rows_sum_to_one),
+        Property("tokens outside the top k get probability 0", _zero_outside_top_k),
+    ],
+    hints=[
+        "Temperature divides the logits before the softmax: below 1 it sharpens the distribution, above "
+        "1 it flattens it. What does it tend to as the temperature goes to 0, and why can't the code "
+        "divide by 0 to get there?",
+        "Test it: sampling_distribution(torch.tensor([[2., 1., 0.]]), 0.0) must be [[1, 0, 0]]; with "
+        "top_k=2 the last token gets exactly 0; every row sums to 1 (torch.allclose, not ==).",
+        "Top-k first: logits below the k-th largest (torch.topk(logits, k).values[..., -1:]) become "
+        "-inf. Then temperature 0: one-hot at the argmax; otherwise softmax(logits / temperature, dim=-1).",
+    ],
+)
+
+# --------------------------------------------------------------------------- generation
+
+
+class StandInModel(nn.Module):
+    """What 09.generate hands to generate(): model(tokens (B, T), start_pos) -> logits (B, T, V),
+    the logits of a token being table[token] + bias[position]. It records each call's (T, start_pos):
+    a generation that uses the cache feeds the prompt once, then one token at a time."""
+
+    def __init__(self, table: Tensor, position_bias: Tensor):
+        super().__init__()
+        self.register_buffer("table", table)  # (V, V)
+        self.register_buffer("position_bias", position_bias)  # (C, V)
+        self.calls: list[tuple[int, int]] = []
+
+    def forward(self, tokens: Tensor, start_pos: int) -> Tensor:
+        if type(tokens) is not torch.Tensor or tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise TypeError("the model takes token ids as a LongTensor of shape (B, T)")
+        start_pos = int(start_pos)
+        T = tokens.shape[1]
+        if start_pos < 0 or start_pos + T > len(self.position_bias):
+            positions = len(self.position_bias)
+            raise IndexError(
+                f"start_pos={start_pos} with T={T} tokens runs past the model's {positions} positions"
+            )
+        self.calls.append((T, start_pos))
+        return self.table[tokens] + self.position_bias[start_pos : start_pos + T]
+
+
+GREEDY_RUN = "greedy (temperature 0) and top_k=1: the tokens and the model's calls"
+SAMPLED = "sampling: seeded, reproducible, from the right distribution"
+
+
+def generate_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    # (concern, B, V, P, N, temperature, top_k)
+    settings = [
+        (GREEDY_RUN, 2, 6, 4, 7, 0.0, None),
+        (GREEDY_RUN, 1, 9, 1, 5, 1.0, 1),
+        (GREEDY_RUN, 3, 5, 6, 1, 0.0, None),
+        (SAMPLED, 2000, 5, 1, 1, 1.5, None),
+        (SAMPLED, 1500, 7, 2, 2, 0.6, 3),
+    ]
+    if hidden:
+        settings.append((GREEDY_RUN, _int(g, 1, 3), _int(g, 3, 12), _int(g, 1, 6), _int(g, 2, 9), 0.0, None))
+        settings.append(
+            (SAMPLED, 2000, _int(g, 3, 8), 1, 2, float(torch.empty(()).uniform_(0.5, 2.0, generator=g)), None)
+        )
+    cases = []
+    for concern, b, v, p, n, t, k in settings:
+        inputs = {
+            "table": torch.randn(v, v, generator=g) * 1.5,
+            "position_bias": torch.randn(p + n + 1, v, generator=g) * 0.5,
+            # one prompt for every row: their first new tokens are draws from one distribution
+            "prompt": torch.randint(v, (1, p), generator=g).expand(b, p).clone(),
+            "max_new_tokens": n,
+            "temperature": t,
+            "top_k": k,
+            "seed": _int(g, 0, 2**31),
+        }
+        name = f"B={b} V={v} prompt of {p} tokens, {n} new, temperature={t:g}, top_k={k}"
+        cases.append(Case(name, inputs, concern=concern))
+    return cases
+
+
+def _generated(generate, case: Case) -> tuple[Tensor, list[tuple[int, int]]]:
+    i = case.inputs
+    model = StandInModel(i["table"], i["position_bias"])
+    generator = torch.Generator().manual_seed(i["seed"])
+    tokens = generate(
+        model, i["prompt"].clone(), i["max_new_tokens"], i["temperature"], i["top_k"], generator
+    )
+    return _plain(tokens, "what generate returned"), model.calls
+
+
+def run_generate(targets, case: Case) -> Outputs:
+    generate, _ = targets
+    tokens, calls = _generated(generate, case)
+    if case.concern == SAMPLED:
+        again, _ = _generated(generate, case)
+        return {"sampled": tokens, "sampled_again": again}
+    # A call after the last token (its logits unused) is allowed: only the first N calls count.
+    return {"tokens": tokens, "calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2)}
+
+
+def _first_token_logits(case: Case) -> Tensor:
+    """The logits that give the first new token: every row of a sampled case's prompt is the same."""
+    i = case.inputs
+    return i["table"][i["prompt"][0, -1]] + i["position_bias"][i["prompt"].shape[1] - 1]
+
+
+def _kept(logits: Tensor, top_k: int | None) -> Tensor:
+    """The logits sampling keeps: top_k's, the others -inf."""
+    if top_k is None:
+        return logits
+    return logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
+
+
+def _distribution(case: Case, out: Outputs) -> str | None:
+    """The first new token of each row, drawn from softmax(top-k(logits) / temperature): each
+    token's frequency within 5 standard errors (of about 2000 draws) of its probability."""
+    i, got = case.inputs, out.get("sampled")
+    b, p = i["prompt"].shape
+    if got is None or got.shape != (b, p + i["max_new_tokens"]) or got.dtype != torch.long:
+        return None
+    want = torch.softmax(_kept(_first_token_logits(case), i["top_k"]).double() / i["temperature"], dim=-1)
+    new = got[:, p]
+    if bool(((new < 0) | (new >= len(want))).any()):
+        return f"a new token is not a token id: it must lie in 0 .. {len(want) - 1}"
+    freq = torch.bincount(new, minlength=len(want)).double() / b
+    bound = 5 * (want * (1 - want) / b).sqrt() + 1e-9
+    off = (freq - want).abs() / bound
+    if bool((off <= 1).all()):
+        return None
+    v = int(off.argmax())
+    top_k = f" (the top {i['top_k']} kept)" if i["top_k"] else ""
+    return (
+        f"the first new token was {v} in {freq[v].item():.1%} of {b} rows, but softmax(logits / "
+        f"temperature){top_k} gives it {want[v].item():.1%}"
+    )
+
+
+def _reproducible(case: Case, out: Outputs) -> str | None:
+    a, b = out.get("sampled"), out.get("sampled_again")
+    if a is None or b is None or a.shape != b.shape or torch.equal(a, b):
+        return None
+    return "two runs with generators seeded alike gave different tokens: draw with generator=generator"
+
+
+SAMPLED_PROPERTIES = [
+    Property("the new tokens follow softmax(logits / temperature)", _distribution, concern=SAMPLED),
+    Property("the same seed gives the same tokens", _reproducible, concern=SAMPLED),
+]
+
+
+def _sampling_from_question_5(case: Case, out: Outputs) -> str | None:
+    got = out.get("sampling_probe")
+    if got is None:
+        return None
+    logits = case.inputs["table"][:2]
+    want = torch.cat(
+        [torch.softmax(logits / 0.7, dim=-1), nn.functional.one_hot(logits.argmax(-1), len(logits[0]))]
+    )
+    if got.shape == want.shape and torch.allclose(got.float(), want.float(), atol=1e-5):
+        return None
+    return (
+        "your sampling_distribution (Question 5) is wrong at temperature 0.7 or 0 (see its check): "
+        "generate draws from what it gives"
+    )
+
+
+def run_generate_with_probe(targets, case: Case) -> Outputs:
+    outputs = run_generate(targets, case)
+    with contextlib.suppress(Exception):
+        logits = case.inputs["table"][:2]
+        _, sampling_distribution = targets
+        probe = [sampling_distribution(logits.clone(), t, None) for t in (0.7, 0.0)]
+        outputs["sampling_probe"] = _plain(torch.cat(probe), "")
+    return outputs
+
+
+GENERATE = Check(
+    name="09.generate",
+    target=("generate", "sampling_distribution"),
+    cases=generate_cases,
+    run=run_generate_with_probe,
+    hidden_points=2,
+    concerns=[Concern(GREEDY_RUN, weight=2), Concern(SAMPLED, weight=1)],
+    outputs={
+        "tokens": "the tokens generate returned (prompt and new ones)",
+        "calls": "the model's calls, as (T, start_pos) rows",
+        "sampled": "the sampled tokens",
+        "sampled_again": "the tokens of a second run, seeded alike",
+        "sampling_probe": "your sampling_distribution's probabilities",
+    },
+    measured=("sampled", "sampled_again", "sampling_probe"),
+    diagnostic=("sampling_distribution",),
+    properties=[
+        *SAMPLED_PROPERTIES,
+        Property("your sampling_distribution from Question 5 is right", _sampling_from_question_5),
+    ],
+    error_hints=[
+        ErrorHint(
+            "runs past the model's",
+            "the model holds max_new_tokens + prompt positions: feed each new token once, at its own "
+            "position (start_pos = the number of tokens before it), never the whole sequence again.",
+        ),
+        ErrorHint(
+            "probability tensor contains either `inf`, `nan` or element < 0",
+            "the probabilities hold inf or NaN: at temperature 0, logits / temperature divides by zero. "
+            "Temperature 0 means greedy: take the argmax (sampling_distribution gives it as a one-hot row).",
+        ),
+    ],
+    hints=[
+        "The model has a cache: the first call feeds the whole prompt at start_pos 0; after that, each "
+        "call feeds only the token just chosen, at its position. Which logits give the next token?",
+        "Test it with a model of your own in a new cell, one that prints (tokens.shape, start_pos) in its "
+        "forward: for a prompt of 4 tokens and 3 new ones you should see (B, 4) at 0, then (B, 1) at 4 "
+        "and (B, 1) at 5.",
+        "logits = model(prompt, 0)[:, -1]; then N times: probabilities = sampling_distribution(logits, "
+        "temperature, top_k), next = torch.multinomial(probabilities, 1, generator=generator) (B, 1), "
+        "append it, and logits = model(next, position of next)[:, -1]. Return the prompt and the N new "
+        "tokens, (B, P + N).",
+    ],
+)
+
+CHECKS = [ROPE_POSITIONS, REPEAT_KV, KV_CACHE, CACHE_BYTES, SAMPLING, GENERATE]

@@ -1,0 +1,594 @@
+"""Known wrong answers of notebook 09 (KV cache and generation): the judge names them, the tests use
+them as mutants.
+
+Instructor-side only (next to the reference, not released). Each is complete, with exactly one
+thing wrong. The end-to-end tests paste this file into an answer cell of the notebook
+(tests/submissions.py::mutant), so it defines none of the notebook's names: the right parts a
+mistake needs are written again here under names of their own (`_RoPE`, `_repeat_kv`,
+`_sampling_distribution`).
+
+Key: B batch, T tokens in one call, D hidden size, H query heads, Hkv key/value heads,
+Dh = D // H, C max_seq_len, W window, V vocabulary size.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.core import Mistake
+
+# ------------------------------------------------------------------------ right parts
+
+
+class _RoPE(nn.Module):
+    """Question 1, right: the token at index t of the call turned by rotation_matrix[start_pos + t]."""
+
+    def __init__(self, rotation_matrix):
+        super().__init__()
+        self.rotation_matrix = rotation_matrix
+
+    def rows(self, start_pos: int, T: int):
+        return self.rotation_matrix[start_pos : start_pos + T]
+
+    def forward(self, queries, keys, start_pos=0):
+        rows = self.rows(start_pos, queries.shape[2])
+        return _turned(queries, rows), _turned(keys, rows)
+
+
+def _turned(x, rows):
+    B, H, T, Dh = x.shape
+    z = torch.view_as_complex(x.float().reshape(B, H, T, Dh // 2, 2))
+    return torch.view_as_real(z * rows).reshape(B, H, T, Dh).type_as(x)
+
+
+def _repeat_kv(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=1)
+
+
+# ------------------------------------------------------------------- Question 1 (RoPE)
+
+
+class _RoPEFromZero(_RoPE):
+    def rows(self, start_pos, T):
+        return self.rotation_matrix[:T]
+
+
+class _RoPEOneLate(_RoPE):
+    def rows(self, start_pos, T):
+        return self.rotation_matrix[start_pos + 1 : start_pos + 1 + T]
+
+
+class _RoPEOneRow(_RoPE):
+    def rows(self, start_pos, T):
+        return self.rotation_matrix[start_pos]
+
+
+class _RoPEKeysFromZero(_RoPE):
+    def forward(self, queries, keys, start_pos=0):
+        T = queries.shape[2]
+        return _turned(queries, self.rows(start_pos, T)), _turned(keys, self.rows(0, T))
+
+
+ROPE_MISTAKES = [
+    Mistake(
+        "start_pos ignored: the call's tokens are rotated by rows 0 .. T - 1, as if the call began the "
+        "sequence",
+        "a token of the call sits at position start_pos + t: take rotation_matrix[start_pos : start_pos + T].",
+        _RoPEFromZero,
+    ),
+    Mistake(
+        "the rows start one position late (start_pos + 1)",
+        "the first token of the call is at position start_pos itself: rotation_matrix[start_pos : start_pos + T].",
+        _RoPEOneLate,
+    ),
+    Mistake(
+        "every token of the call turned by the one row start_pos",
+        "right for T = 1 only: each token needs its own row, rotation_matrix[start_pos : start_pos + T].",
+        _RoPEOneRow,
+    ),
+    Mistake(
+        "the keys rotated from position 0 while the queries start at start_pos",
+        "queries and keys of a call sit at the same positions: rotate both with the same rows.",
+        _RoPEKeysFromZero,
+    ),
+]
+
+# --------------------------------------------------------------- Question 2 (repeat_kv)
+
+
+def _repeat_tiled(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)
+
+
+def _repeat_along_time(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=2)
+
+
+def _repeat_along_features(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=3)
+
+
+REPEAT_MISTAKES = [
+    Mistake(
+        "the heads tiled ([k0, k1, k0, k1]) instead of grouped ([k0, k0, k1, k1])",
+        "x.repeat(1, n_rep, 1, 1) pairs query head h with key head h % Hkv; Llama's grouping is h // n_rep: "
+        "repeat each head in place (torch.repeat_interleave(x, n_rep, dim=1), or expand and reshape).",
+        _repeat_tiled,
+    ),
+    Mistake(
+        "repeated along the sequence (dim 2), not the heads",
+        "the heads are dim 1 of (B, Hkv, T, Dh): the output is (B, Hkv * n_rep, T, Dh).",
+        _repeat_along_time,
+    ),
+    Mistake(
+        "repeated along the features (the last dim), not the heads",
+        "the heads are dim 1 of (B, Hkv, T, Dh): the output is (B, Hkv * n_rep, T, Dh).",
+        _repeat_along_features,
+    ),
+]
+
+# --------------------------------------------------------- Question 3 (CachedAttention)
+
+
+class _Cached(nn.Module):
+    """Right, with the steps a mistake changes as methods of their own."""
+
+    def __init__(
+        self,
+        hidden_size,
+        num_heads,
+        n_kv_heads,
+        max_batch_size,
+        max_seq_len,
+        rotation_matrix,
+        window_size=None,
+    ):
+        super().__init__()
+        self.num_heads, self.n_kv_heads = num_heads, n_kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.window_size = window_size
+        self.wq = nn.Linear(hidden_size, num_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(hidden_size, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(hidden_size, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(num_heads * self.head_dim, hidden_size, bias=False)
+        self.rope = _RoPE(rotation_matrix)
+        shape = (max_batch_size, n_kv_heads, max_seq_len, self.head_dim)
+        self.cache_k, self.cache_v = torch.zeros(shape), torch.zeros(shape)
+
+    def project(self, x, start_pos):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self.rope(q, k, start_pos)
+        return q, k, v
+
+    def write(self, k, v, start_pos):
+        B, _, T, _ = k.shape
+        self.cache_k[:B, :, start_pos : start_pos + T] = k
+        self.cache_v[:B, :, start_pos : start_pos + T] = v
+
+    def read(self, B, end):
+        return self.cache_k[:B, :, :end], self.cache_v[:B, :, :end]
+
+    def visible(self, start_pos, T, end):
+        query = torch.arange(start_pos, start_pos + T)[:, None]
+        key = torch.arange(end)[None, :]
+        seen = key <= query
+        if self.window_size is not None:
+            seen = seen & (key > query - self.window_size)
+        return seen
+
+    def repeat(self, x):
+        return _repeat_kv(x, self.num_heads // self.n_kv_heads)
+
+    def scale(self):
+        return 1 / math.sqrt(self.head_dim)
+
+    def forward(self, x, start_pos):
+        B, T, _ = x.shape
+        q, k, v = self.project(x, start_pos)
+        self.write(k, v, start_pos)
+        end = start_pos + T
+        keys, values = self.read(B, end)
+        keys, values = self.repeat(keys), self.repeat(values)
+        scores = q @ keys.transpose(-2, -1) * self.scale()
+        scores = scores.masked_fill(~self.visible(start_pos, T, keys.shape[2]), float("-inf"))
+        context = torch.softmax(scores, dim=-1) @ values
+        return self.wo(context.transpose(1, 2).reshape(B, T, -1))
+
+
+class _WrittenAtZero(_Cached):
+    def write(self, k, v, start_pos):
+        super().write(k, v, 0)
+
+
+class _WrittenOneLate(_Cached):
+    def write(self, k, v, start_pos):
+        super().write(k, v, start_pos + 1)
+
+    def read(self, B, end):
+        return self.cache_k[:B, :, 1 : end + 1], self.cache_v[:B, :, 1 : end + 1]
+
+
+class _TrainingMask(_Cached):
+    def visible(self, start_pos, T, end):
+        return torch.ones(T, end, dtype=torch.bool).tril()  # the diagonal at key 0, not at start_pos
+
+
+class _NoMask(_Cached):
+    def visible(self, start_pos, T, end):
+        return torch.ones(T, end, dtype=torch.bool)
+
+
+class _KeysRotatedFromZero(_Cached):
+    def project(self, x, start_pos):
+        q, k, v = super().project(x, start_pos)
+        B, T = x.shape[:2]
+        raw = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        _, k = self.rope(raw, raw, 0)
+        return q, k, v
+
+
+class _WholeCacheRead(_Cached):
+    def read(self, B, end):
+        return self.cache_k[:B], self.cache_v[:B]
+
+    def visible(self, start_pos, T, end):
+        return torch.ones(T, end, dtype=torch.bool)
+
+
+class _StaleKeysSeen(_Cached):
+    def read(self, B, end):
+        return self.cache_k[:B], self.cache_v[:B]
+
+    def visible(self, start_pos, T, end):
+        query = torch.arange(start_pos, start_pos + T)[:, None]
+        key = torch.arange(end)[None, :]
+        seen = (key <= query) | (key >= start_pos + T)  # positions past the end: left from before
+        if self.window_size is not None:
+            seen = seen & (key > query - self.window_size)
+        return seen
+
+
+class _TiledHeads(_Cached):
+    def repeat(self, x):
+        return x.repeat(1, self.num_heads // self.n_kv_heads, 1, 1)
+
+
+class _ScaledByHidden(_Cached):
+    def scale(self):
+        return 1 / math.sqrt(self.num_heads * self.head_dim)
+
+
+class _WindowIgnored(_Cached):
+    def visible(self, start_pos, T, end):
+        return torch.arange(end)[None, :] <= torch.arange(start_pos, start_pos + T)[:, None]
+
+
+class _WindowOneWide(_Cached):
+    def visible(self, start_pos, T, end):
+        query = torch.arange(start_pos, start_pos + T)[:, None]
+        key = torch.arange(end)[None, :]
+        seen = key <= query
+        if self.window_size is not None:
+            seen = seen & (key >= query - self.window_size)  # W + 1 keys
+        return seen
+
+
+class _GrownCache(_Cached):
+    """torch.cat onto a cache that starts empty: right outputs, but the memory grows with every
+    step (a copy each time) and the shape is not the preallocated one."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cache_k = self.cache_k[:, :, :0]
+        self.cache_v = self.cache_v[:, :, :0]
+
+    def write(self, k, v, start_pos):
+        B = k.shape[0]
+        self.cache_k = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
+        self.cache_v = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
+
+
+def _cached(impl):
+    return (impl, _RoPE, _repeat_kv)
+
+
+CACHE_MISTAKES = [
+    Mistake(
+        "the new keys and values written at position 0 of the cache, not at start_pos",
+        "write them at [:B, :, start_pos : start_pos + T]: the cache keeps every earlier token where it was.",
+        _cached(_WrittenAtZero),
+    ),
+    Mistake(
+        "the cache written and read one position late (an off-by-one offset)",
+        "the call's first token goes to index start_pos itself, and the keys read are [0, start_pos + T).",
+        _cached(_WrittenOneLate),
+    ),
+    Mistake(
+        "the training mask reused (torch.tril of a (T, start_pos + T) block, its diagonal at key 0)",
+        "in a step, query i sits at position start_pos + i: it sees key j when j <= start_pos + i. Build the "
+        "mask from absolute positions, not from indices within the call.",
+        _cached(_TrainingMask),
+    ),
+    Mistake(
+        "no causal mask: a query of a prefill sees the keys after it",
+        "query i (position start_pos + i) must not see key j > start_pos + i; fill those scores with -inf.",
+        _cached(_NoMask),
+    ),
+    Mistake(
+        "the keys rotated from position 0 in every call, not at their absolute positions",
+        "call self.rope(q, k, start_pos): a key is rotated once, at its own position, before it is cached.",
+        _cached(_KeysRotatedFromZero),
+    ),
+    Mistake(
+        "the whole cache read: positions past start_pos + T (zeros, or an earlier sequence's keys) take "
+        "softmax weight",
+        "read only the first start_pos + T positions, self.cache_k[:B, :, :start_pos + T].",
+        _cached(_WholeCacheRead),
+    ),
+    Mistake(
+        "positions past the current end left visible: keys of an earlier sequence take softmax weight",
+        "read only the first start_pos + T positions, self.cache_k[:B, :, :start_pos + T], or mask the rest.",
+        _cached(_StaleKeysSeen),
+    ),
+    Mistake(
+        "the key/value heads tiled ([k0, k1, k0, k1]) instead of grouped",
+        "query head h reads key/value head h // n_rep: repeat_kv must repeat each head in place.",
+        _cached(_TiledHeads),
+    ),
+    Mistake(
+        "scores scaled by 1 / sqrt(D) instead of 1 / sqrt(head_dim)",
+        "each head's dot products have head_dim terms: divide by math.sqrt(self.head_dim).",
+        _cached(_ScaledByHidden),
+    ),
+    Mistake(
+        "the window ignored: every earlier key seen",
+        "with window_size W, query at position p sees keys p - W + 1 .. p: also require j > p - W.",
+        _cached(_WindowIgnored),
+    ),
+    Mistake(
+        "a window of W + 1 keys (j >= p - W)",
+        "query at position p sees the W keys p - W + 1 .. p: require j > p - W.",
+        _cached(_WindowOneWide),
+    ),
+    Mistake(
+        "the cache grown with torch.cat instead of preallocated",
+        "torch.cat copies the whole cache at every step and its memory is not known in advance: allocate "
+        "zeros of shape (max_batch_size, n_kv_heads, max_seq_len, head_dim) once, in __init__, and write "
+        "into them.",
+        _cached(_GrownCache),
+    ),
+]
+
+# ------------------------------------------------------------ Question 4 (cache memory)
+
+
+def _keys_only(n_layers, batch_size, seq_len, num_heads, n_kv_heads, head_dim, bytes_per_value):
+    return n_layers * batch_size * seq_len * n_kv_heads * head_dim * bytes_per_value
+
+
+def _query_heads(n_layers, batch_size, seq_len, num_heads, n_kv_heads, head_dim, bytes_per_value):
+    return 2 * n_layers * batch_size * seq_len * num_heads * head_dim * bytes_per_value
+
+
+def _one_layer(n_layers, batch_size, seq_len, num_heads, n_kv_heads, head_dim, bytes_per_value):
+    return 2 * batch_size * seq_len * n_kv_heads * head_dim * bytes_per_value
+
+
+def _bits(n_layers, batch_size, seq_len, num_heads, n_kv_heads, head_dim, bytes_per_value):
+    return 2 * n_layers * batch_size * seq_len * n_kv_heads * head_dim * bytes_per_value * 8
+
+
+MEMORY_MISTAKES = [
+    Mistake(
+        "the keys alone (the factor 2 for the values left out)",
+        "the cache holds keys and values: 2 x ...",
+        _keys_only,
+    ),
+    Mistake(
+        "num_heads in place of n_kv_heads",
+        "the cache holds one key and one value per key/value head; the query heads are not cached.",
+        _query_heads,
+    ),
+    Mistake(
+        "one layer's cache (n_layers left out)",
+        "every layer has its own cache: multiply by n_layers.",
+        _one_layer,
+    ),
+    Mistake("bits, not bytes (a factor 8)", "bytes_per_value is already in bytes: no factor 8.", _bits),
+]
+
+# ------------------------------------------------------ Question 5 (sampling distribution)
+
+
+def _sampling_distribution(logits, temperature=1.0, top_k=None):
+    if top_k is not None:
+        logits = logits.masked_fill(
+            logits < torch.topk(logits, top_k, dim=-1).values[..., -1:], float("-inf")
+        )
+    if temperature == 0:
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def _temperature_multiplies(logits, temperature=1.0, top_k=None):
+    if temperature == 0:
+        return _sampling_distribution(logits, 0, top_k)
+    return _sampling_distribution(logits * temperature * temperature, temperature, top_k)
+
+
+def _temperature_ignored(logits, temperature=1.0, top_k=None):
+    return _sampling_distribution(logits, 1.0 if temperature != 0 else 0, top_k)
+
+
+def _divides_by_zero(logits, temperature=1.0, top_k=None):
+    if top_k is not None:
+        logits = logits.masked_fill(
+            logits < torch.topk(logits, top_k, dim=-1).values[..., -1:], float("-inf")
+        )
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def _top_k_ignored(logits, temperature=1.0, top_k=None):
+    return _sampling_distribution(logits, temperature, None)
+
+
+def _top_k_smallest(logits, temperature=1.0, top_k=None):
+    if top_k is None:
+        return _sampling_distribution(logits, temperature)
+    kept = -torch.topk(-logits, top_k, dim=-1).values[..., -1:]
+    return _sampling_distribution(logits.masked_fill(logits > kept, float("-inf")), temperature)
+
+
+def _top_k_after_softmax(logits, temperature=1.0, top_k=None):
+    probabilities = _sampling_distribution(logits, temperature)
+    if top_k is None:
+        return probabilities
+    return probabilities.masked_fill(logits < torch.topk(logits, top_k, dim=-1).values[..., -1:], 0.0)
+
+
+def _over_the_batch(logits, temperature=1.0, top_k=None):
+    if top_k is not None:
+        logits = logits.masked_fill(
+            logits < torch.topk(logits, top_k, dim=-1).values[..., -1:], float("-inf")
+        )
+    if temperature == 0:
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits / temperature, dim=0)
+
+
+SAMPLING_MISTAKES = [
+    Mistake(
+        "the logits multiplied by the temperature (sharper as it grows)",
+        "divide: softmax(logits / temperature); a higher temperature must flatten the distribution.",
+        _temperature_multiplies,
+    ),
+    Mistake(
+        "the temperature ignored",
+        "divide the logits by the temperature before the softmax.",
+        _temperature_ignored,
+    ),
+    Mistake(
+        "temperature 0 divides by zero (logits / 0 gives inf and NaN)",
+        "temperature 0 is the greedy limit: return a one-hot row at the argmax, without dividing.",
+        _divides_by_zero,
+    ),
+    Mistake(
+        "top_k ignored",
+        "keep only the k largest logits: the others become -inf before the softmax.",
+        _top_k_ignored,
+    ),
+    Mistake(
+        "top_k keeps the k smallest logits",
+        "torch.topk returns the largest by default: keep the logits >= the k-th largest.",
+        _top_k_smallest,
+    ),
+    Mistake(
+        "top_k applied after the softmax without renormalising (the rows no longer sum to 1)",
+        "mask the logits with -inf before the softmax, so that the kept probabilities sum to 1.",
+        _top_k_after_softmax,
+    ),
+    Mistake(
+        "softmax over the batch (dim 0), not over the vocabulary",
+        "each row is one distribution over the V tokens: softmax(..., dim=-1).",
+        _over_the_batch,
+    ),
+]
+
+# ------------------------------------------------------------------ Question 6 (generate)
+
+
+@torch.no_grad()
+def _generate_no_cache(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        logits = model(tokens, 0)[:, -1]
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+    return tokens
+
+
+@torch.no_grad()
+def _generate_first_position(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    tokens = prompt
+    logits = model(prompt, 0)[:, 0]
+    for step in range(max_new_tokens):
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(next_token, tokens.shape[1] - 1)[:, 0]
+    return tokens
+
+
+@torch.no_grad()
+def _generate_position_stuck(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    tokens = prompt
+    logits = model(prompt, 0)[:, -1]
+    for step in range(max_new_tokens):
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(next_token, prompt.shape[1])[:, -1]  # every new token at the same position
+    return tokens
+
+
+@torch.no_grad()
+def _generate_new_only(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    tokens = prompt
+    logits = model(prompt, 0)[:, -1]
+    for step in range(max_new_tokens):
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(next_token, tokens.shape[1] - 1)[:, -1]
+    return tokens[:, prompt.shape[1] :]
+
+
+def _generating(impl):
+    return (impl, _sampling_distribution)
+
+
+GENERATE_MISTAKES = [
+    Mistake(
+        "the whole sequence fed again at every step (no use of the cache)",
+        "feed the prompt once at start_pos 0, then only the token just drawn, at its own position: "
+        "model(next_token, position).",
+        _generating(_generate_no_cache),
+    ),
+    Mistake(
+        "the logits of the first position used, not the last",
+        "the logits at the last position predict the next token: model(...)[:, -1].",
+        _generating(_generate_first_position),
+    ),
+    Mistake(
+        "every new token fed at the same start_pos",
+        "the token just drawn sits at position tokens.shape[1] - 1: pass that as start_pos.",
+        _generating(_generate_position_stuck),
+    ),
+    Mistake(
+        "only the new tokens returned, without the prompt",
+        "return the prompt followed by the new tokens, (B, P + max_new_tokens).",
+        _generating(_generate_new_only),
+    ),
+]
+
+MISTAKES = {
+    "09.rope_positions": ROPE_MISTAKES,
+    "09.repeat_kv": REPEAT_MISTAKES,
+    "09.kv_cache": CACHE_MISTAKES,
+    "09.cache_bytes": MEMORY_MISTAKES,
+    "09.sampling_distribution": SAMPLING_MISTAKES,
+    "09.generate": GENERATE_MISTAKES,
+}
