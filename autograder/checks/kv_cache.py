@@ -12,6 +12,7 @@ prefill of the whole sequence.
 """
 
 import contextlib
+import operator
 
 import torch
 import torch.nn as nn
@@ -299,7 +300,7 @@ def run_kv_cache(targets, case: Case) -> Outputs:
             layer(i["earlier"], 0)
         output = _fed_in_chunks(layer, i["x"], i["chunks"])
         if case.concern == CACHE:  # the cache alone: a bug of the mask costs nothing here
-            outputs = _cache_contents(layer, *i["x"].shape[:2])
+            outputs = _cache_contents(layer, *i["x"].shape[:2], h_kv=i["config"][2])
         else:
             outputs = {"output": output}
         if len(i["chunks"]) > 1 and case.concern != CACHE:  # the same sequence in one prefill, fresh layer
@@ -309,12 +310,17 @@ def run_kv_cache(targets, case: Case) -> Outputs:
     return outputs
 
 
-def _cache_contents(layer, b: int, end: int) -> Outputs:
+def _cache_contents(layer, b: int, end: int, h_kv: int) -> Outputs:
+    """The cache's shape and its first `end` positions, in the layout (max_batch_size, n_kv_heads,
+    max_seq_len, head_dim); Llama's layout (max_batch_size, max_seq_len, n_kv_heads, head_dim), which
+    the question does not ask for but is as right, is read transposed."""
     outputs = {}
     for name in ("cache_k", "cache_v"):
         cache = getattr(layer, name, None)
         if type(cache) is not torch.Tensor:
             raise ValueError(f"the layer has no tensor `self.{name}`: allocate it in __init__")
+        if cache.dim() == 4 and cache.shape[2] == h_kv and cache.shape[1] != h_kv:
+            cache = cache.transpose(1, 2)  # Llama's layout
         outputs[f"{name}_shape"] = torch.tensor(cache.shape)
         outputs[name] = cache[:b, :, :end].detach().clone()
     return outputs
@@ -481,14 +487,14 @@ def memory_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def run_memory(kv_cache_bytes, case: Case) -> Outputs:
     value = kv_cache_bytes(**case.inputs)
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         value = value.item()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(
-            f"kv_cache_bytes returned {type(value).__name__} {value!r}, not a whole number of bytes"
-        )
+    try:
+        value = operator.index(value)  # an int, or a NumPy integer
+    except TypeError:
+        raise TypeError(f"kv_cache_bytes returned {value!r}, not a whole number of bytes") from None
     return {"bytes": torch.tensor(value, dtype=torch.float64)}  # float64: exact below 2**53
 
 
