@@ -171,6 +171,7 @@ REPEAT_KV = Check(
     target="repeat_kv",
     cases=repeat_cases,
     run=run_repeat,
+    hidden_points=1,
     outputs={"repeated": "the repeated tensor"},
     properties=[Property("query head h reads key/value head h // n_rep", _grouped)],
     hints=[
@@ -503,6 +504,7 @@ CACHE_BYTES = Check(
     target="kv_cache_bytes",
     cases=memory_cases,
     run=run_memory,
+    hidden_points=1,
     outputs={"bytes": "the number of bytes"},
     hints=[
         "What does the cache hold, per layer, per sequence of the batch and per position: how many "
