@@ -101,6 +101,9 @@ class Property:
     name: str
     test: Callable[[Case, Outputs], str | None]
     concern: str = ""  # judged on the cases of this concern only; "": on every case
+    # A diagnosis (of another question's answer, run on its own): named beside a case whose values
+    # are wrong, never failing one whose values are right.
+    names_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -507,7 +510,7 @@ def judge_concern(
             lines.append(f"  Looks like: {diagnosis}")
         return False, "\n".join(lines)
     for case, result in zip(cases, results, strict=True):
-        for name, failure in _property_failures(check, case, result):
+        for name, failure in _property_failures(check, case, result, judged=True):
             return False, f"case {case.name}: property '{name}' fails: {failure}"
     # A property is named with its own concern; those of every case once, with the core (an
     # edge's cases may not exercise them all).
@@ -527,13 +530,16 @@ def judge_concern(
     return True, f"{'1 case' if one else f'{len(cases)} cases'} {met}{extra}"
 
 
-def _property_failures(check: Check, case: Case, result: RunResult) -> list[tuple[str, str]]:
-    """The check's properties that the result breaks (none can be judged on an error)."""
+def _property_failures(
+    check: Check, case: Case, result: RunResult, judged: bool = False
+) -> list[tuple[str, str]]:
+    """The check's properties that the result breaks (none can be judged on an error); `judged`:
+    only those that fail a case on their own (not `names_only`)."""
     if not isinstance(result, dict):
         return []
     failures = []
     for prop in check.properties:
-        if prop.concern and prop.concern != check.concern_of(case):
+        if (prop.concern and prop.concern != check.concern_of(case)) or (judged and prop.names_only):
             continue
         try:
             failure = prop.test(case, result)

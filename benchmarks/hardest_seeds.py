@@ -9,7 +9,9 @@ seeds are pinned all the same). Each (answer, seed) gets a margin, how near it c
 failing, 1 being the edge:
 - a check judged against the reference: the largest |got - want| / (atol + rtol |want|) over
   every value, with the check's tolerance for the output's dtype (what torch.isclose allows);
-- a check judged by a criterion: a measure of its own (CRITERION_MARGINS).
+- a check judged by a criterion: a measure of its own (CRITERION_MARGINS);
+- 09.generate, whose sampled draws are measurements judged by a property: that property's own
+  ratio (CRITERION_MARGINS too).
 The K seeds of the largest margin, and each answer's worst seed, are written to
 tests/hardest_seeds.json with the answers' names and a fingerprint of the cases they draw;
 `test_correct_answers_never_fail_by_chance` runs them on every test run and fails when the
@@ -30,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.api import live_expectations, make_cases  # noqa: E402
-from autograder.checks import CHECKS, transformer  # noqa: E402
+from autograder.checks import CHECKS, kv_cache, transformer  # noqa: E402
 from autograder.checks.warmup import THRESHOLD  # noqa: E402
 from autograder.core import Case, Check, Expectation, Outputs, judge, run_stage  # noqa: E402
 from autograder.reference import reference_object  # noqa: E402
@@ -73,10 +75,26 @@ def training_margin(case: Case, result: Outputs) -> float:
     return torch.nn.functional.cross_entropy(logits, case.judge_only["next"]).item() / transformer.LOSS_BOUND
 
 
+def sampled_margin(case: Case, result: Outputs) -> float:
+    """09.generate, whose sampled draws are measured (never compared with the reference's): the
+    largest gap between a first new token's frequency and its probability, over the bound of the
+    property that judges them (kv_cache._distribution: 5 standard errors). Its greedy cases match
+    the reference's tokens exactly, or fail: 0."""
+    if case.concern != kv_cache.SAMPLED:
+        return 0.0
+    i = case.inputs
+    b, p = i["prompt"].shape
+    logits = kv_cache._kept(kv_cache._first_token_logits(case), i["top_k"]).double()
+    want = torch.softmax(logits / i["temperature"], dim=-1)
+    freq = torch.bincount(result["sampled"][:, p], minlength=len(want)).double() / b
+    return float(((freq - want).abs() / (5 * (want * (1 - want) / b).sqrt() + 5 / b)).max())
+
+
 CRITERION_MARGINS = {
     "00.spirals": spirals_margin,
     "08.smoke_test": smoke_margin,
     "08.training": training_margin,
+    "09.generate": sampled_margin,  # not a criterion check: its measured draws are judged by properties
 }
 
 
@@ -103,7 +121,7 @@ def scan(name: str, seeds: range) -> tuple[dict[tuple[str, int], float], list[st
             margins[answer_name, seed] = max(
                 (
                     CRITERION_MARGINS[name](case, result)
-                    if check.criterion
+                    if name in CRITERION_MARGINS
                     else tolerance_margin(check, result, want.reference)
                     for case, result, want in zip(cases, results, expected, strict=True)
                     if _passes_alone(check, case, result, want)

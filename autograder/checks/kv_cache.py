@@ -200,7 +200,7 @@ LAYER_CASES = [
     (PREFILL, 1, 5, 12, 3, 3, 2, 9, None, (5,), True),
     (GQA, 2, 8, 24, 6, 2, 2, 10, None, (8,), False),
     (GQA, 1, 7, 16, 4, 1, 1, 8, None, (7,), True),
-    (WINDOW, 1, 10, 16, 4, 2, 1, 12, 3, (6, 1, 2, 1), False),
+    (WINDOW, 1, 10, 16, 4, 4, 1, 12, 3, (6, 1, 2, 1), False),  # Hkv = H: repeat_kv plays no part
     (CACHE, 2, 8, 16, 4, 2, 3, 11, None, (5, 2, 1), False),
 ]
 
@@ -409,8 +409,8 @@ KV_CACHE = Check(
     diagnostic=("RoPE", "repeat_kv"),
     properties=[
         Property("every step equals one prefill of the whole sequence", _steps_equal_one_prefill),
-        Property("your RoPE from Question 1 is right", _rope_from_question_1),
-        Property("your repeat_kv from Question 2 is right", _repeat_kv_from_question_2),
+        Property("your RoPE from Question 1 is right", _rope_from_question_1, names_only=True),
+        Property("your repeat_kv from Question 2 is right", _repeat_kv_from_question_2, names_only=True),
     ],
     error_hints=[
         ErrorHint(
@@ -423,6 +423,12 @@ KV_CACHE = Check(
             "shapes in forward: q (B, H, T, Dh), the cached keys (B, Hkv, start_pos + T, Dh) before "
             "repeat_kv and (B, H, start_pos + T, Dh) after; the mask (T, start_pos + T) has one row per new "
             "query and one column per cached key.",
+        ),
+        ErrorHint(
+            "to be no larger than self",
+            "scatter_'s index has the shape of what it writes: the call's T positions, "
+            "torch.arange(start_pos, start_pos + T), expanded to the shape of k; or write by slicing, "
+            "self.cache_k[:B, :, start_pos : start_pos + T] = k.",
         ),
         ErrorHint(
             "The size of tensor a",
@@ -488,7 +494,7 @@ def memory_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def run_memory(kv_cache_bytes, case: Case) -> Outputs:
     value = kv_cache_bytes(**case.inputs)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -671,7 +677,9 @@ def run_generate(targets, case: Case) -> Outputs:
     tokens, calls = _generated(generate, case)
     if case.concern == SAMPLED:
         again, _ = _generated(generate, case)
-        return {"sampled": tokens, "sampled_again": again}
+        other_seed = Case(case.name, {**case.inputs, "seed": case.inputs["seed"] + 1}, concern=case.concern)
+        other, _ = _generated(generate, other_seed)
+        return {"sampled": tokens, "sampled_again": again, "sampled_other_seed": other}
     # A call after the last token (its logits unused) is allowed: only the first N calls count.
     return {"tokens": tokens, "calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2)}
 
@@ -701,7 +709,9 @@ def _distribution(case: Case, out: Outputs) -> str | None:
     if bool(((new < 0) | (new >= len(want))).any()):
         return f"a new token is not a token id: it must lie in 0 .. {len(want) - 1}"
     freq = torch.bincount(new, minlength=len(want)).double() / b
-    bound = 5 * (want * (1 - want) / b).sqrt() + 1e-9
+    # 5 standard errors, and 5 draws: below 1 / b a token's draws are Poisson, not normal, and one
+    # draw of a token of probability 1e-5 (in 2% of correct runs) is more than 5 standard errors.
+    bound = 5 * (want * (1 - want) / b).sqrt() + 5 / b
     off = (freq - want).abs() / bound
     if bool((off <= 1).all()):
         return None
@@ -720,9 +730,24 @@ def _reproducible(case: Case, out: Outputs) -> str | None:
     return "two runs with generators seeded alike gave different tokens: draw with generator=generator"
 
 
+def _seed_used(case: Case, out: Outputs) -> str | None:
+    """Runs seeded differently must differ: the first new tokens of two independent runs agree on
+    a row with probability sum(p^2), on all b rows with sum(p^2)^b (< 1e-8 for sum(p^2) <= 0.99)."""
+    a, b = out.get("sampled"), out.get("sampled_other_seed")
+    i = case.inputs
+    want = torch.softmax(_kept(_first_token_logits(case), i["top_k"]).double() / i["temperature"], dim=-1)
+    if a is None or b is None or a.shape != b.shape or (want**2).sum() > 0.99 or not torch.equal(a, b):
+        return None
+    return (
+        "two runs with generators seeded differently gave the same tokens: draw with "
+        "generator=generator, and do not seed the global RNG inside generate"
+    )
+
+
 SAMPLED_PROPERTIES = [
     Property("the new tokens follow softmax(logits / temperature)", _distribution, concern=SAMPLED),
     Property("the same seed gives the same tokens", _reproducible, concern=SAMPLED),
+    Property("another seed gives other tokens", _seed_used, concern=SAMPLED),
 ]
 
 
@@ -764,13 +789,16 @@ GENERATE = Check(
         "calls": "the model's calls, as (T, start_pos) rows",
         "sampled": "the sampled tokens",
         "sampled_again": "the tokens of a second run, seeded alike",
+        "sampled_other_seed": "the tokens of a run seeded differently",
         "sampling_probe": "your sampling_distribution's probabilities",
     },
-    measured=("sampled", "sampled_again", "sampling_probe"),
+    measured=("sampled", "sampled_again", "sampled_other_seed", "sampling_probe"),
     diagnostic=("sampling_distribution",),
     properties=[
         *SAMPLED_PROPERTIES,
-        Property("your sampling_distribution from Question 5 is right", _sampling_from_question_5),
+        Property(
+            "your sampling_distribution from Question 5 is right", _sampling_from_question_5, names_only=True
+        ),
     ],
     error_hints=[
         ErrorHint(
