@@ -1,0 +1,1038 @@
+"""Checks of notebook 10, looking inside a model; and the course's model that notebook inspects.
+
+Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window, F d_ff, E experts,
+K experts per token, N blocks, C context (max_seq_len), V vocabulary size (the 30 characters of
+language_model.ALPHABET).
+
+`CourseModel` is the trusted model of notebook 10: the architecture of notebook 08 made causal
+(`language_model.make_causal`), built from torch's own layers (nn.Embedding, nn.Linear,
+nn.RMSNorm) under the parameter names of the course's checkpoint, so that `course_model()` loads
+autograder/data/course_model.pt without the student's notebook-08 code: a bug there costs nothing
+here. Its parts take a configuration dict, not the arguments of any question, and its attention
+calls F.scaled_dot_product_attention, which the attention questions forbid: it answers none of
+them (tests/test_package_answers.py).
+"""
+
+import functools
+from collections.abc import Mapping
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import language_model as lm
+from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
+from ..playground import one_thread
+
+Tensor = torch.Tensor
+PERIOD = 10000.0  # the RoPE period of notebook 08's model (Llama's)
+
+# ------------------------------------------------------------------------- the course's model
+
+
+class CourseAttention(nn.Module):
+    """Mistral's causal sliding window with the course's per-head qkv split and RoPE.
+
+    forward: x (B, T, D) -> (B, T, D). Query t attends to keys t - W + 1 .. t. The fused projection
+    is split as notebook 03 splits it: view (B, T, H, 3 Dh), heads forward, chunk into q, k, v.
+    Queries and keys are rotated on interleaved pairs (2j, 2j + 1) by `rotation_matrix[t, j]`,
+    e^(i t w_j) with w_j = PERIOD^(-2j / Dh): notebook 04's table, a plain attribute (not a buffer,
+    so that a cast to bfloat16 leaves it complex). Equals language_model.CausalWindowAttention on a
+    notebook-03 layer with those weights.
+    """
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d, h = config["hidden_size"], config["num_heads"]
+        self.num_heads, self.window_size = h, config["window_size"]
+        self.qkv_linear = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        half = torch.arange(0, d // h, 2, dtype=torch.float32) / (d // h)  # 2j / Dh
+        angles = torch.outer(torch.arange(config["max_seq_len"], dtype=torch.float32), PERIOD**-half)
+        self.rotation_matrix = torch.complex(angles.cos(), angles.sin())  # (C, Dh // 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, D = x.shape
+        H, W = self.num_heads, self.window_size
+        qkv = self.qkv_linear(x).view(B, T, H, 3 * (D // H)).transpose(1, 2)  # (B, H, T, 3 Dh)
+        queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
+        cos = self.rotation_matrix.real[:T].to(x.device)  # (T, Dh // 2)
+        sin = self.rotation_matrix.imag[:T].to(x.device)
+        queries, keys = (_rotate_pairs(t, cos, sin) for t in (queries, keys))
+        offset = torch.arange(T, device=x.device)[None, :] - torch.arange(T, device=x.device)[:, None]
+        visible = (offset <= 0) & (offset > -W)  # (T, T): key j - query i in (-W, 0]
+        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible)  # (B, H, T, Dh)
+        return self.out(context.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Each pair (x_2j, x_2j+1) of (B, H, T, Dh) turned by the angle whose cos and sin (T, Dh // 2) give."""
+    even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh // 2)
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class CourseExpert(nn.Module):
+    """One expert, w2(silu(w1 x) * w3 x): w1 the gated projection, w3 the other, w2 back to D."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d, f = config["hidden_size"], config["d_ff"]
+        self.w1, self.w3 = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
+        self.w2 = nn.Linear(f, d, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class CourseMoe(nn.Module):
+    """Mixture of experts, top-K of the gate's logits, softmax over those K (Mistral's order).
+
+    Computed densely: every expert runs on every token and its output is weighted by zero where the
+    token did not choose it. The output equals the routed one of notebook 06; each expert's record
+    (notebook 10) then holds all B x T tokens."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.n_experts_per_token = config["n_experts_per_token"]
+        self.gate = nn.Linear(config["hidden_size"], config["num_experts"], bias=False)
+        self.experts = nn.ModuleList(CourseExpert(config) for _ in range(config["num_experts"]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.gate(x)  # (B, T, E)
+        top, chosen = logits.topk(self.n_experts_per_token, dim=-1)  # (B, T, K)
+        weights = torch.zeros_like(logits).scatter(-1, chosen, top.softmax(dim=-1))  # (B, T, E)
+        outputs = torch.stack([expert(x) for expert in self.experts], dim=-2)  # (B, T, E, D)
+        return (weights.unsqueeze(-1) * outputs).sum(dim=-2)  # (B, T, D)
+
+
+class CourseBlock(nn.Module):
+    """Pre-norm block: h = x + attention(norm1(x)), y = h + moe(norm2(h))."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d = config["hidden_size"]
+        self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
+        self.attention, self.moe = CourseAttention(config), CourseMoe(config)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x + self.attention(self.norm1(x))
+        return h + self.moe(self.norm2(h))
+
+
+class CourseModel(nn.Module):
+    """Notebook 08's Transformer with the causal window: tokens (B, T) -> logits (B, T, V).
+
+    `config` holds Transformer's arguments by name (language_model.COURSE_MODEL); T <= max_seq_len,
+    the rows of the RoPE table."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.config = dict(config)
+        self.max_seq_len = config["max_seq_len"]
+        self.embedding = nn.Embedding(config["vocabulary_size"], config["hidden_size"])
+        self.blocks = nn.ModuleList(CourseBlock(config) for _ in range(config["n_blocks"]))
+        self.out = nn.Linear(config["hidden_size"], config["vocabulary_size"])
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"the model takes tokens of shape (B, T), got {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.max_seq_len:
+            raise ValueError(
+                f"{tokens.shape[1]} tokens are more than the model's context, max_seq_len = "
+                f"{self.max_seq_len}: give it the last {self.max_seq_len} at most"
+            )
+        x = self.embedding(tokens)  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)  # (B, T, V)
+
+
+@functools.cache
+def _checkpoint() -> dict:
+    return torch.load(lm.CHECKPOINT, weights_only=True)
+
+
+def course_model() -> CourseModel:
+    """The course's trained checkpoint (language_model.CHECKPOINT), in eval mode: a new model at each
+    call (load_state_dict copies the weights)."""
+    saved = _checkpoint()
+    model = CourseModel(saved["config"])
+    model.load_state_dict(saved["state_dict"])
+    return model.eval()
+
+
+def random_course_model(config: dict, state: dict[str, Tensor]) -> CourseModel:
+    """A CourseModel of another size with the given weights (a check's), in eval mode."""
+    model = CourseModel(config)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def random_weights(g: torch.Generator, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Tensor]:
+    """Weights of a model's shapes, by name: matrices of nn.Linear's scale (1.5 x), norms near 1,
+    biases small; the embedding standard normal."""
+    state = {}
+    for name, shape in shapes.items():
+        if name.endswith("embedding.weight") or name.endswith("embed.weight"):
+            state[name] = torch.randn(shape, generator=g)
+        elif len(shape) == 2:
+            state[name] = torch.randn(shape, generator=g) * 1.5 * shape[1] ** -0.5
+        elif "norm" in name:
+            state[name] = 1 + 0.2 * torch.randn(shape, generator=g)
+        else:
+            state[name] = 0.1 * torch.randn(shape, generator=g)
+    return state
+
+
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(value.shape) for name, value in model.state_dict().items()}
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random int in [low, high]."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def drawn_config(g: torch.Generator, *, max_seq_len: int | None = None) -> dict:
+    """A CourseModel configuration of another size than the course's: H, Dh, W, E, K, N drawn."""
+    h, dh = _int(g, 1, 4), 2 * _int(g, 1, 4)
+    e = _int(g, 1, 4)
+    return {
+        "vocabulary_size": len(lm.ALPHABET),
+        "hidden_size": h * dh,
+        "num_heads": h,
+        "window_size": _int(g, 2, 9),
+        "d_ff": _int(g, 4, 24),
+        "num_experts": e,
+        "n_experts_per_token": _int(g, 1, e),
+        "n_blocks": _int(g, 1, 3),
+        "max_seq_len": max_seq_len or _int(g, 12, 40),
+    }
+
+
+def model_inputs(g: torch.Generator, config: dict | None) -> dict:
+    """Case inputs naming a model: the course's checkpoint (config None), or one of `config`'s size with
+    weights drawn here."""
+    if config is None:
+        return {"model": "course"}
+    return {"model": "drawn", "config": config, "state": random_weights(g, _shapes(CourseModel(config)))}
+
+
+def build_model(inputs: dict) -> CourseModel:
+    if inputs["model"] == "course":
+        return course_model()
+    return random_course_model(inputs["config"], inputs["state"])
+
+
+def _text_tokens(g: torch.Generator, length: int) -> Tensor:
+    """`length` characters of the course's text from a drawn seed and offset, as tokens (length,)."""
+    text = lm.course_text(length + 200, _int(g, 100, 2**30))
+    start = _int(g, 0, 199)
+    return lm.encode(text[start : start + length])
+
+
+def hooks_on(model: nn.Module) -> int:
+    """Every forward, pre-forward and backward hook registered on the model's modules."""
+    return sum(
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._backward_hooks)
+        + len(m._backward_pre_hooks)
+        for m in model.modules()
+    )
+
+
+def global_hooks() -> int:
+    """Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook...)."""
+    module = torch.nn.modules.module
+    return sum(
+        len(getattr(module, name, {}))
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
+    )
+
+
+# ----------------------------------------------------------------- 10.record_activations
+
+FAILURE = "this model's forward raises on purpose (10.record_activations)"
+
+
+class Mix(nn.Module):
+    """A module of two inputs: a * sigmoid(b)."""
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return a * torch.sigmoid(b)
+
+
+class Fails(nn.Module):
+    """A module whose forward raises: a model that stops halfway through its forward."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise RuntimeError(FAILURE)
+
+
+class ToyModel(nn.Module):
+    """A small model for the hooks: a Sequential, a layer called twice (when `twice`), a module of two
+    inputs, a layer that never runs, and (when `fails`) a module that raises.
+
+    forward: tokens (B, T) -> logits (B, T, V)."""
+
+    def __init__(self, sizes: dict):
+        super().__init__()
+        v, d, f = sizes["V"], sizes["D"], sizes["F"]
+        self.twice = sizes["twice"]
+        self.embed = nn.Embedding(v, d)
+        self.stack = nn.Sequential(nn.Linear(d, f), nn.Tanh(), nn.Linear(f, d))
+        self.shared = nn.Linear(d, d)
+        self.mix = Mix()
+        self.unused = nn.Linear(d, d)
+        self.check = Fails() if sizes["fails"] else nn.Identity()
+        self.head = nn.Linear(d, v)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        h = self.embed(tokens)  # (B, T, D)
+        h = h + self.stack(h)
+        a = self.shared(h)
+        b = self.shared(a) if self.twice else h
+        return self.head(self.check(self.mix(a, b)))  # (B, T, V)
+
+
+def _toy_inputs(g: torch.Generator, sizes: dict, batch: int, length: int) -> dict:
+    state = random_weights(g, _shapes(ToyModel({**sizes, "fails": False})))
+    tokens = torch.randint(sizes["V"], (batch, length), generator=g)
+    return {"model": "toy", "sizes": sizes, "state": state, "tokens": tokens}
+
+
+def _ran(model: nn.Module, tokens: Tensor) -> list[str]:
+    """The names of the modules that run in model(tokens), in named_modules' order."""
+    seen = set()
+    handles = [m.register_forward_hook(lambda m, a, o: seen.add(id(m))) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [name for name, m in model.named_modules() if id(m) in seen]
+
+
+def _build_recorded(inputs: dict) -> nn.Module:
+    if inputs["model"] == "toy":
+        model = ToyModel(inputs["sizes"])
+        model.load_state_dict(inputs["state"])
+        return model.eval()
+    return build_model(inputs)
+
+
+RECORDS = "the records (the course's model and small models)"
+NO_HOOK_LEFT = "no hook left behind, also when the forward raises"
+COURSE_SPLIT = ("embedding, out, the model itself and blocks.0", "blocks.1")
+
+
+def record_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    model = course_model()
+    cases = []
+    prompts = [lm.encode("the cats see a bird.")[None]]
+    if hidden:
+        prompts = [_text_tokens(g, _int(g, 1, 40)).expand(_int(g, 1, 2), -1).clone() for _ in range(2)]
+    names = _ran(model, prompts[0])
+    first = [n for n in names if not n.startswith("blocks.1")]
+    for tokens in prompts:
+        second = [n for n in names if n.startswith("blocks.1")]
+        for part, chosen in zip(COURSE_SPLIT, (first, second), strict=True):
+            shape = tuple(tokens.shape)
+            cases.append(
+                Case(
+                    f"the course's model on tokens of shape {shape}: the records of {part}",
+                    {"model": "course", "tokens": tokens, "names": chosen},
+                )
+            )
+    toys = [({"V": 7, "D": 6, "F": 10, "twice": True}, 2, 5)]
+    if hidden:
+        toys += [
+            (
+                {"V": _int(g, 2, 12), "D": _int(g, 2, 10), "F": _int(g, 2, 12), "twice": twice},
+                _int(g, 1, 3),
+                t,
+            )
+            for twice, t in ((True, _int(g, 1, 8)), (bool(_int(g, 0, 1)), 1))
+        ]
+    for sizes, batch, length in toys:
+        inputs = _toy_inputs(g, {**sizes, "fails": False}, batch, length)
+        toy = _build_recorded(inputs)
+        called = "shared called twice" if sizes["twice"] else "shared called once"
+        cases.append(
+            Case(
+                f"a small model ({called}; V={sizes['V']}, D={sizes['D']}, F={sizes['F']}) on tokens of "
+                f"shape ({batch}, {length})",
+                {**inputs, "names": _ran(toy, inputs["tokens"])},
+            )
+        )
+    # The hooks' concern: a call that returns, then one whose forward raises halfway.
+    tokens = prompts[0] if not hidden else _text_tokens(g, _int(g, 1, 30))[None]
+    sizes, batch, length = toys[-1]
+    cases.append(
+        Case(
+            f"the course's model on tokens of shape {tuple(tokens.shape)}, then a small model whose forward "
+            "raises a RuntimeError halfway: the hooks after each call",
+            {
+                "model": "course",
+                "tokens": tokens,
+                "failing": _toy_inputs(g, {**sizes, "fails": True}, batch, length),
+            },
+            concern=NO_HOOK_LEFT,
+        )
+    )
+    return cases
+
+
+def _noop_hook(module, args, output):
+    return None
+
+
+def run_record(record_activations, case: Case) -> Outputs:
+    i = case.inputs
+    model = _build_recorded(i)
+    with one_thread():  # tiny tensors: on a busy machine, threads only wait for each other
+        if "failing" not in i:
+            return _record_outputs(record_activations(model, i["tokens"]), i["names"])
+        returns = _hooks_after(record_activations, model, i["tokens"])
+        raises = _hooks_after(record_activations, _build_recorded(i["failing"]), i["failing"]["tokens"])
+    return {
+        "hooks left, forward returns": returns["hooks left"],
+        "hooks left, forward raises": raises["hooks left"],
+        "caller's hook kept": returns["caller's hook kept"] & raises["caller's hook kept"],
+        "error passed on": raises["error passed on"],
+    }
+
+
+def _hooks_after(record_activations, model: nn.Module, tokens: Tensor) -> dict[str, Tensor]:
+    """Call the function with a hook of the caller's own on the first module, then count the hooks."""
+    first = next(iter(model.children()))
+    own = first.register_forward_hook(_noop_hook)
+    before = global_hooks()
+    try:
+        record_activations(model, tokens)
+    except RuntimeError as error:
+        if FAILURE not in str(error):
+            raise
+        raised = 1
+    else:
+        raised = 0
+    kept = own.id in first._forward_hooks
+    own.remove()
+    return {
+        "hooks left": torch.tensor(hooks_on(model) + global_hooks() - before),
+        "caller's hook kept": torch.tensor(int(kept)),
+        "error passed on": torch.tensor(raised),
+    }
+
+
+def _label(name: str) -> str:
+    return name or "the model itself"
+
+
+def _record_outputs(records, names: list[str]) -> Outputs:
+    """The student's records of the named modules as tensors: per module, its output and each
+    positional input, the calls stacked along a new first dimension (one row per call)."""
+    if not isinstance(records, Mapping):
+        raise TypeError(
+            f"record_activations returned a {type(records).__name__}: return a dict that maps each module's "
+            "name to the list of its calls, (inputs, output) for each"
+        )
+    if not any(isinstance(key, str) for key in records):
+        raise ValueError(
+            "the records have no key that is a module's name: key them by the names model.named_modules() "
+            "gives ('', 'embedding', 'blocks.0', ...), not by the modules themselves"
+        )
+    missing = [name for name in names if not records.get(name)]
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        note = (
+            " ('' is the model itself, the first name model.named_modules() gives)" if "" in missing else ""
+        )
+        raise ValueError(
+            f"the records have no entry for {shown}{note}: every module that runs during the forward needs "
+            "one, containers (a block, the whole model) as well as the layers inside them"
+        )
+    outputs, holding_graph = {}, 0
+    for name in names:
+        calls = records[name]
+        if isinstance(calls, tuple) and len(calls) == 2 and isinstance(calls[1], Tensor):
+            raise TypeError(
+                f"records[{name!r}] is one (inputs, output) pair: make it a list with one pair per call "
+                "(a module can run more than once in a forward)"
+            )
+        if not isinstance(calls, list | tuple):
+            raise TypeError(
+                f"records[{name!r}] is a {type(calls).__name__}, not a list of (inputs, output) pairs"
+            )
+        inputs_of_calls, outputs_of_calls = [], []
+        for call in calls:
+            if not (isinstance(call, list | tuple) and len(call) == 2):
+                raise TypeError(f"each call in records[{name!r}] should be a pair (inputs, output)")
+            inputs, output = call
+            if not isinstance(inputs, list | tuple) or not all(isinstance(x, Tensor) for x in inputs):
+                kind = type(inputs).__name__
+                raise TypeError(
+                    f"the inputs recorded for {_label(name)!r} are a {kind}: record the tuple of positional "
+                    "inputs the hook receives (its `args`), each tensor detached"
+                )
+            if not isinstance(output, Tensor):
+                raise TypeError(
+                    f"the output recorded for {_label(name)!r} is a {type(output).__name__}, not a tensor"
+                )
+            holding_graph += sum(bool(x.requires_grad) for x in (*inputs, output))
+            inputs_of_calls.append(tuple(inputs))
+            outputs_of_calls.append(output)
+        counts = {len(inputs) for inputs in inputs_of_calls}
+        if len(counts) != 1:
+            raise ValueError(f"the calls recorded for {_label(name)!r} have different numbers of inputs")
+        try:
+            outputs[f"{_label(name)}: output"] = torch.stack(outputs_of_calls)
+            for j in range(counts.pop()):
+                outputs[f"{_label(name)}: input {j}"] = torch.stack([inputs[j] for inputs in inputs_of_calls])
+        except RuntimeError as error:
+            raise ValueError(
+                f"the calls recorded for {_label(name)!r} have tensors of different shapes"
+            ) from error
+    outputs["tensors holding a graph"] = torch.tensor(holding_graph)
+    return outputs
+
+
+def _detached(case: Case, out: Outputs) -> str | None:
+    holding = out.get("tensors holding a graph")
+    if holding is None or int(holding) == 0:
+        return None
+    return (
+        f"{int(holding)} recorded tensors still require grad: each holds the autograd graph of the forward, "
+        "and with it every intermediate tensor the backward pass would need. Record t.detach() (or run the "
+        "model under torch.no_grad())"
+    )
+
+
+def _record_descriptions() -> dict[str, str]:
+    """What each record output is, for every module of the course's model and of ToyModel."""
+    names = [n for n, _ in CourseModel(lm.COURSE_MODEL).named_modules()]
+    names += [n for n, _ in ToyModel({"V": 2, "D": 2, "F": 2, "twice": True, "fails": False}).named_modules()]
+    found = {}
+    for name in dict.fromkeys(names):
+        module = "the model itself" if not name else f"module {name!r}"
+        found[f"{_label(name)}: output"] = f"the output recorded for {module} (its calls stacked)"
+        for j in range(2):
+            found[f"{_label(name)}: input {j}"] = f"input {j} recorded for {module} (its calls stacked)"
+    return found
+
+
+RECORD = Check(
+    name="10.record_activations",
+    target="record_activations",
+    cases=record_cases,
+    run=run_record,
+    concerns=[Concern(RECORDS, weight=3), Concern(NO_HOOK_LEFT, weight=1)],
+    measured=("tensors holding a graph",),
+    outputs={
+        **_record_descriptions(),
+        "tensors holding a graph": "the number of recorded tensors that require grad",
+        "hooks left, forward returns": "the number of hooks left on the model after your function returned",
+        "hooks left, forward raises": "the number of hooks left on the model after its forward raised",
+        "caller's hook kept": "whether a hook registered before your function was called is still there "
+        "(1: yes)",
+        "error passed on": "whether the error raised inside the model's forward reached the caller (1: yes)",
+    },
+    properties=[Property("recorded tensors are detached", _detached, concern=RECORDS)],
+    error_hints=[
+        ErrorHint(
+            "forward raises on purpose",
+            "this case's model raises a RuntimeError in its forward on purpose: let that error reach the "
+            "caller unchanged (try/finally does) and remove your hooks on the way out.",
+        ),
+    ],
+    hints=[
+        "module.register_forward_hook(hook) calls hook(module, args, output) each time the module's forward "
+        "finishes; it returns a handle whose .remove() takes the hook off again.",
+        "Loop over model.named_modules() (the model itself comes first, named ''), register one hook per "
+        "module that knows the module's name (a function that makes the hook, or functools.partial), run "
+        "the model once, then remove every hook.",
+        "Put the forward in try: ... finally: with the removals in the finally block: they then run when "
+        "the forward raises too, and the error still reaches the caller.",
+        "records.setdefault(name, []).append((tuple(a.detach() for a in args), output.detach())) in the "
+        "hook; handles = [module.register_forward_hook(make_hook(name)) for name, module in "
+        "model.named_modules()].",
+    ],
+    points=1.0,
+    hidden_points=2.0,
+)
+
+# --------------------------------------------------------------- 10.next_token_probabilities
+
+LARGE = "logits of size 1000 (a stable softmax)"
+
+
+def probability_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = [(2, 5, 30), (1, 1, 30), (7, 11), (3, 2, 4, 6)]
+    if hidden:
+        shapes += [tuple(_int(g, 1, 4) for _ in range(_int(g, 0, 2))) + (_int(g, 1, 9), _int(g, 2, 40))]
+        shapes += [(_int(g, 1, 3), 1, _int(g, 2, 40))]
+    cases = [
+        Case(f"logits of shape {s} (scale 3)", {"logits": 3 * torch.randn(s, generator=g)}) for s in shapes
+    ]
+    with torch.no_grad():
+        text = lm.encode("the old men feed the dogs")[None] if not hidden else _text_tokens(g, 20)[None]
+        cases.append(Case("the course's model's logits, shape (1, T, 30)", {"logits": course_model()(text)}))
+    large = [(2, 3, 10), (1, 4, 30)] + ([(_int(g, 1, 3), _int(g, 1, 5), _int(g, 2, 30))] if hidden else [])
+    for s in large:
+        logits = 1000 * torch.randn(s, generator=g).sign() + torch.randn(s, generator=g)
+        cases.append(Case(f"logits of shape {s} near +-1000", {"logits": logits}, concern=LARGE))
+    return cases
+
+
+def run_probabilities(next_token_probabilities, case: Case) -> Outputs:
+    return {"p": next_token_probabilities(case.inputs["logits"])}
+
+
+def _sums_to_one(case: Case, out: Outputs) -> str | None:
+    p, logits = out.get("p"), case.inputs["logits"]
+    if p is None or p.shape != logits.shape[:-2] + logits.shape[-1:]:
+        return None
+    gap = (p.double().sum(-1) - 1).abs().max().item()
+    if gap <= 1e-5 and bool((p >= 0).all()):
+        return None
+    return (
+        "each distribution should sum to 1 (within 1e-5) with no negative entry; the sums are off by up to "
+        f"{gap:.3g}"
+    )
+
+
+def _argmax_kept(case: Case, out: Outputs) -> str | None:
+    p, logits = out.get("p"), case.inputs["logits"][..., -1, :]
+    if p is None or p.shape != logits.shape or not bool(torch.isfinite(p).all()):
+        return None
+    at_largest_logit = p.gather(-1, logits.argmax(-1, keepdim=True))
+    if bool((at_largest_logit >= p.max(-1, keepdim=True).values * (1 - 1e-6)).all()):
+        return None
+    return "the most likely token should be the one with the largest logit at the last position"
+
+
+PROBABILITIES = Check(
+    name="10.next_token_probabilities",
+    target="next_token_probabilities",
+    cases=probability_cases,
+    run=run_probabilities,
+    concerns=[Concern("logits of moderate size", weight=3), Concern(LARGE, weight=1)],
+    outputs={"p": "the probabilities of the next token"},
+    properties=[
+        Property("each distribution sums to 1, within 1e-5", _sums_to_one),
+        Property("the argmax is the largest logit's", _argmax_kept),
+    ],
+    hints=[
+        "logits has shape (..., T, V): one row of V scores per position. Which position predicts the token "
+        "after the text, and along which dimension do the probabilities sum to 1?",
+        "Test it in a new cell: for logits = torch.randn(2, 5, 30), the result should have shape (2, 30), "
+        "rows summing to 1 (within 1e-6, not exactly), and its argmax should be logits[:, -1].argmax(-1).",
+        "Logits near 1000: exp(1000) overflows float32 to inf. Subtracting the row's maximum first changes "
+        "nothing mathematically and keeps every exponent <= 0; torch.softmax does that for you.",
+        "return torch.softmax(logits[..., -1, :], dim=-1)",
+    ],
+    points=1.0,
+    hidden_points=1.0,
+)
+
+# ------------------------------------------------------------------------ 10.is_distribution
+
+
+def distribution_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    def rows(v: int, atol: float) -> Tensor:
+        soft = torch.softmax(4 * torch.randn(6, v, generator=g), dim=-1)
+        # Rows a float32 softmax gives, whose sums miss 1 by a rounding (the seed's exact test fails them).
+        while bool((soft.sum(-1) == 1).all()):
+            soft = torch.softmax(4 * torch.randn(6, v, generator=g), dim=-1)
+        one_hot = torch.zeros(v).index_fill(0, torch.tensor([v // 2]), 1.0)
+        negative = soft[0].clone()
+        negative[0] += 0.5
+        negative[1] -= 0.5  # sums to 1, one entry below 0
+        near = soft[1] * (1 + atol / 2)  # within atol
+        off = soft[2] * (1 + 3 * atol)  # 3 atol off
+        nan = soft[3].clone()
+        nan[0] = float("nan")
+        return torch.stack([*soft, one_hot, negative, near, off, nan, torch.zeros(v)])
+
+    cases = [
+        Case(f"12 rows of {v} entries, atol={atol:g}", {"p": rows(v, atol), "atol": atol})
+        for v, atol in ((30, 1e-5), (5, 1e-3), (11, 1e-6))
+    ]
+    p = rows(8, 1e-4).view(3, 4, 8)
+    cases.append(Case("a (3, 4, 8) tensor of distributions and others, atol=0.0001", {"p": p, "atol": 1e-4}))
+    if hidden:
+        for _ in range(2):
+            v, atol = _int(g, 3, 40), float(10 ** -_int(g, 3, 6))
+            x = rows(v, atol)
+            x = x[torch.randperm(len(x), generator=g)]
+            cases.append(
+                Case(f"12 rows of {v} entries in a drawn order, atol={atol:g}", {"p": x, "atol": atol})
+            )
+    return cases
+
+
+def run_distribution(is_distribution, case: Case) -> Outputs:
+    return {"is distribution": is_distribution(case.inputs["p"], atol=case.inputs["atol"])}
+
+
+IS_DISTRIBUTION = Check(
+    name="10.is_distribution",
+    target="is_distribution",
+    cases=distribution_cases,
+    run=run_distribution,
+    outputs={"is distribution": "the answer for each distribution (a bool tensor of shape p.shape[:-1])"},
+    hints=[
+        "Two conditions, checked along the last dimension, one answer per distribution: what must hold of "
+        "every entry, and of their sum?",
+        "Print torch.softmax(torch.randn(4, 30), -1).sum(-1) - 1 in a new cell: a correct softmax in float32 "
+        "does not sum to exactly 1, so compare the sum with a tolerance, never with ==.",
+        "A row with a NaN is not a distribution: (p >= 0) and a comparison |sum - 1| <= atol are both False "
+        "on NaN, so write the conditions as what must hold (not as the negation of what must not).",
+        "return (p >= 0).all(dim=-1) & ((p.sum(dim=-1) - 1).abs() <= atol)",
+    ],
+    points=1.0,
+    hidden_points=1.0,
+)
+
+# ------------------------------------------------------------------------ 10.most_likely_next
+
+COURSE_CONTEXT = lm.COURSE_MODEL["max_seq_len"]
+
+
+def next_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    prompts = ["the cat see", "the cats see", "my brothers carr", "a", "\n" + lm.course_text(200, 3)[:90]]
+    cases = [
+        Case(f"the course's model, prompt {p!r}", {"model": "course", "text": p, "context": 64})
+        for p in prompts
+    ]
+    config = drawn_config(torch.Generator().manual_seed(5), max_seq_len=12) if not hidden else None
+    drawn = [(config, "the sun is", 12)] if not hidden else []
+    if hidden:
+        for _ in range(2):
+            text = lm.decode(_text_tokens(g, _int(g, 1, 100)))
+            cases.append(
+                Case(f"the course's model, prompt {text!r}", {"model": "course", "text": text, "context": 64})
+            )
+        for _ in range(2):
+            config = drawn_config(g)
+            drawn.append((config, lm.decode(_text_tokens(g, _int(g, 1, 60))), config["max_seq_len"]))
+    for config, text, context in drawn:
+        name = f"a random model (context {context}), prompt {text!r}"
+        cases.append(Case(name, {**model_inputs(g, config), "text": text, "context": context}))
+    return cases
+
+
+def run_next(most_likely_next, case: Case) -> Outputs:
+    i = case.inputs
+    model = build_model(i)
+    with one_thread():
+        char = most_likely_next(model, i["text"], i["context"])
+    if not isinstance(char, str) or len(char) != 1 or char not in lm.ALPHABET:
+        raise TypeError(
+            f"most_likely_next returned {char!r}: return one character of ALPHABET (decode the token id)"
+        )
+    return {"next": torch.tensor(lm.ALPHABET.index(char))}
+
+
+MOST_LIKELY_NEXT = Check(
+    name="10.most_likely_next",
+    target="most_likely_next",
+    cases=next_cases,
+    run=run_next,
+    outputs={"next": "the index in ALPHABET of the character you returned"},
+    error_hints=[
+        ErrorHint("the model takes tokens of shape (B, T)", "the model takes a batch: encode(text)[None]."),
+    ],
+    hints=[
+        "Three steps: characters to token ids, the model's logits, the largest logit at the last position "
+        "back to a character.",
+        "Test it in a new cell on a prompt longer than 64 characters: the model refuses more than its "
+        "context, so which characters of the prompt matter for the next one?",
+        "tokens = encode(text[-context:])[None] has shape (1, T); model(tokens) has shape (1, T, V).",
+        "with torch.no_grad(): logits = model(encode(text[-context:])[None]); "
+        "return ALPHABET[int(logits[0, -1].argmax())]",
+    ],
+    points=1.0,
+    hidden_points=1.0,
+)
+
+# ----------------------------------------------------------------- 10.cosine_similarity_matrix
+
+ZERO_ROWS = "rows of zeros give similarity 0, not NaN"
+ONE_CALL = "all rows at once (no Python loop over rows)"
+OPS_SMALL, OPS_LARGE = "ops at V rows", "ops at 4V rows"
+OPS_SLACK, OPS_CAP = 4, 40  # the reference issues 4 operations; a loop over V >= 12 rows issues more
+
+
+def similarity_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = [(6, 4), (3, 16), (1, 5), (30, 64)]
+    if hidden:
+        shapes += [(_int(g, 1, 40), _int(g, 1, 40)) for _ in range(2)]
+    cases = []
+    for v, d in shapes:
+        e = torch.randn(v, d, generator=g) * torch.rand(v, 1, generator=g).add(0.1) * 3
+        cases.append(Case(f"embeddings of shape ({v}, {d})", {"embeddings": e}))
+    cases.append(
+        Case(
+            "the course's embedding matrix, shape (30, 64)",
+            {"embeddings": course_model().embedding.weight.detach()},
+        )
+    )
+    zero_shapes = [(5, 3)] + ([(_int(g, 2, 30), _int(g, 1, 30))] if hidden else [])
+    for v, d in zero_shapes:
+        e = torch.randn(v, d, generator=g)
+        rows = torch.randperm(v, generator=g)[: max(1, v // 3)]
+        e[rows] = 0.0
+        cases.append(
+            Case(
+                f"embeddings of shape ({v}, {d}), rows {sorted(rows.tolist())} all zeros",
+                {"embeddings": e},
+                concern=ZERO_ROWS,
+            )
+        )
+    v, d = (12, 8) if not hidden else (_int(g, 12, 30), _int(g, 2, 30))
+    e, more = torch.randn(v, d, generator=g), torch.randn(4 * v, d, generator=g)
+    cases.append(
+        Case(
+            f"embeddings of {v} and of {4 * v} rows, D={d}: counted",
+            {"embeddings": e, "more": more},
+            concern=ONE_CALL,
+        )
+    )
+    return cases
+
+
+def run_similarity(cosine_similarity_matrix, case: Case) -> Outputs:
+    i = case.inputs
+    if "more" not in i:
+        return {"similarity": cosine_similarity_matrix(i["embeddings"])}
+    outputs = {}
+    for key, count_key, x in (
+        ("similarity", OPS_SMALL, i["embeddings"]),
+        ("similarity, 4V rows", OPS_LARGE, i["more"]),
+    ):
+        with OperationCount() as count:
+            result = cosine_similarity_matrix(x)
+            if type(result) is not Tensor:  # judged while counted: a subclass could do its work later
+                raise TypeError(
+                    f"cosine_similarity_matrix returned a {type(result).__name__}: return a plain tensor"
+                )
+        outputs[key], outputs[count_key] = result, torch.tensor(count.calls)
+    return outputs
+
+
+def _no_row_loop(case: Case, out: Outputs) -> str | None:
+    small, large = out.get(OPS_SMALL), out.get(OPS_LARGE)
+    if not all(
+        isinstance(t, Tensor) and t.numel() == 1 and bool(torch.isfinite(t.float()).all())
+        for t in (small, large)
+    ):
+        return "the measurement did not come back with the results"
+    small, large = int(small), int(large)
+    v = case.inputs["embeddings"].shape[0]
+    if abs(large - small) <= OPS_SLACK and max(small, large) <= OPS_CAP:
+        return None
+    return (
+        f"your code issues {small} torch operations for {v} rows and {large} for {4 * v}: a Python loop goes "
+        "over the rows (or pairs). Compute every pair at once: normalise the rows, then one matrix product "
+        "(or one broadcast call of F.cosine_similarity)"
+    )
+
+
+def _symmetric_with_unit_diagonal(case: Case, out: Outputs) -> str | None:
+    s, e = out.get("similarity"), case.inputs["embeddings"]
+    v = e.shape[0]
+    if s is None or s.shape != (v, v) or not bool(torch.isfinite(s).all()):
+        return None
+    if (s - s.T).abs().max().item() > 1e-5:
+        return "the matrix should be symmetric: similarity[i, j] = similarity[j, i]"
+    nonzero = e.norm(dim=-1) > 0
+    diagonal = s.diagonal()[nonzero]
+    if diagonal.numel() and (diagonal - 1).abs().max().item() > 1e-5:
+        return (
+            f"each row's similarity with itself should be 1; the diagonal holds {diagonal.min().item():.4g}"
+        )
+    if s.abs().max().item() > 1 + 1e-5:
+        return f"a cosine lies in [-1, 1]; the matrix holds {s.abs().max().item():.4g}"
+    return None
+
+
+SIMILARITY = Check(
+    name="10.cosine_similarity_matrix",
+    target="cosine_similarity_matrix",
+    cases=similarity_cases,
+    run=run_similarity,
+    concerns=[
+        Concern("rows of any size", weight=3),
+        Concern(ZERO_ROWS, weight=1),
+        Concern(ONE_CALL, weight=1),
+    ],
+    measured=(OPS_SMALL, OPS_LARGE),
+    outputs={
+        "similarity": "the similarity matrix",
+        "similarity, 4V rows": "the similarity matrix of the longer embeddings",
+        OPS_SMALL: "the number of torch operations for V rows",
+        OPS_LARGE: "the number of torch operations for 4V rows",
+    },
+    properties=[
+        Property("symmetric, 1 on the diagonal, within [-1, 1]", _symmetric_with_unit_diagonal),
+        Property("the same few operations for any number of rows", _no_row_loop, concern=ONE_CALL),
+    ],
+    hints=[
+        "similarity[i, j] = e_i . e_j / (|e_i| |e_j|): the dot products of every pair of rows are one matrix "
+        "product; what do you divide each row by first?",
+        "Test it in a new cell: the diagonal should be 1, the matrix symmetric, and a row of zeros should "
+        "give 0, not NaN. torch.nn.functional.cosine_similarity(E[0], E[1], dim=0) gives one entry to "
+        "compare.",
+        "Unit rows: E / E.norm(dim=-1, keepdim=True).clamp_min(1e-8); then unit @ unit.T. Or broadcast "
+        "F.cosine_similarity(E[:, None, :], E[None, :, :], dim=-1), one call for every pair.",
+        "unit = embeddings / embeddings.norm(dim=-1, keepdim=True).clamp_min(1e-8); return unit @ unit.T",
+    ],
+    points=1.0,
+    hidden_points=2.0,
+)
+
+# ----------------------------------------------------------------------- 10.attention_weights
+
+COURSE = "the course's model"
+OTHER_SIZE = "a model of another size (H, W and the table read from the model)"
+
+
+def attention_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    course = [
+        (lm.encode("the farmers carry an old book near the house."), 0, 1),
+        (lm.encode("my sister finds the river at night."), 1, 3),
+        (lm.encode("a"), 1, 0),
+    ]
+    if hidden:
+        course = [
+            (_text_tokens(g, _int(g, 17, COURSE_CONTEXT)), _int(g, 0, 1), _int(g, 0, 3)) for _ in range(2)
+        ]
+        course += [(_text_tokens(g, _int(g, 1, 15)), _int(g, 0, 1), _int(g, 0, 3))]
+        course += [(_text_tokens(g, COURSE_CONTEXT), 1, _int(g, 0, 3))]
+    cases = [
+        Case(
+            f"{COURSE}, {len(tokens)} tokens, block {block}, head {head}",
+            {"model": "course", "tokens": tokens, "block": block, "head": head},
+        )
+        for tokens, block, head in course
+    ]
+    configs = (
+        [drawn_config(torch.Generator().manual_seed(3))]
+        if not hidden
+        else [drawn_config(g) for _ in range(2)]
+    )
+    for config in configs:
+        t = _int(g, 1, config["max_seq_len"]) if hidden else config["max_seq_len"]
+        tokens = torch.randint(config["vocabulary_size"], (t,), generator=g)
+        block, head = _int(g, 0, config["n_blocks"] - 1), _int(g, 0, config["num_heads"] - 1)
+        h, w, d = config["num_heads"], config["window_size"], config["hidden_size"]
+        cases.append(
+            Case(
+                f"a random model (D={d}, H={h}, W={w}, {config['n_blocks']} blocks), {t} tokens, "
+                f"block {block}, head {head}",
+                {**model_inputs(g, config), "tokens": tokens, "block": block, "head": head},
+                concern=OTHER_SIZE,
+            )
+        )
+    return cases
+
+
+def run_attention(attention_weights, case: Case) -> Outputs:
+    i = case.inputs
+    model = build_model(i)
+    with one_thread():
+        weights = attention_weights(model, i["tokens"], i["block"], i["head"])
+    return {"weights": weights, "hooks left": torch.tensor(hooks_on(model))}
+
+
+def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
+    w, t = out.get("weights"), len(case.inputs["tokens"])
+    if w is None or w.shape != (t, t) or not bool(torch.isfinite(w).all()):
+        return None
+    gap = (w.double().sum(-1) - 1).abs()
+    if gap.max().item() <= 1e-5:
+        return None
+    worst = int(gap.argmax())
+    return (
+        f"each query's weights should sum to 1; the row of query {worst} sums to {1 + gap[worst].item():.4g}"
+    )
+
+
+def _zero_outside_window(case: Case, out: Outputs) -> str | None:
+    w, t = out.get("weights"), len(case.inputs["tokens"])
+    if w is None or w.shape != (t, t):
+        return None
+    window = (
+        case.inputs["config"]["window_size"] if "config" in case.inputs else lm.COURSE_MODEL["window_size"]
+    )
+    offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
+    outside = ~((offset <= 0) & (offset > -window))
+    leak = w.abs().where(outside, torch.zeros(()))
+    if not bool(torch.isfinite(leak).all()) or leak.max().item() > 1e-6:
+        i, j = divmod(int(leak.nan_to_num(1.0).argmax()), t)
+        return (
+            f"query {i} gives weight {w[i, j].item():.3g} to key {j}, outside its causal window of {window} "
+            f"keys ({max(0, i - window + 1)} .. {i}): a future key, or one too far back"
+        )
+    return None
+
+
+def _no_hook_left(case: Case, out: Outputs) -> str | None:
+    left = out.get("hooks left")
+    if left is None or int(left) == 0:
+        return None
+    return (
+        f"{int(left)} hooks are left on the model after your function returned: remove each one "
+        "(handle.remove()), in a finally block"
+    )
+
+
+ATTENTION_WEIGHTS = Check(
+    name="10.attention_weights",
+    target="attention_weights",
+    cases=attention_cases,
+    run=run_attention,
+    concerns=[Concern(COURSE, weight=3), Concern(OTHER_SIZE, weight=1)],
+    measured=("hooks left",),
+    outputs={
+        "weights": "the attention weights (T, T)",
+        "hooks left": "the number of hooks left on the model",
+    },
+    properties=[
+        Property("each query's weights sum to 1", _rows_sum_to_one),
+        Property("zero outside the causal window", _zero_outside_window),
+        Property("no hook left on the model", _no_hook_left),
+    ],
+    error_hints=[
+        ErrorHint(
+            "more than the model's context",
+            "the check's token sequences fit the context: run model(tokens[None]).",
+        ),
+        ErrorHint(
+            "has no attribute 'rope'",
+            "this model's attention keeps its RoPE table as attention.rotation_matrix, (C, Dh // 2) complex.",
+        ),
+    ],
+    hints=[
+        "The attention layer returns its output, not its weights: catch its input with a hook, then compute "
+        "the weights again from that input with the layer's own qkv_linear.",
+        "Follow the course's attention step by step: the per-head split of notebook 03, RoPE on the queries "
+        "and keys (notebook 04, with attention.rotation_matrix[:T]), scores / sqrt(Dh), then the causal "
+        "window of W keys, then a softmax over the keys.",
+        "Check yourself: each row should sum to 1, and row i should be zero outside keys i - W + 1 .. i. "
+        "Remove the hook in a finally block.",
+        "qkv = attention.qkv_linear(x).view(1, T, H, 3 * Dh).transpose(1, 2); "
+        "q, k, _ = qkv.chunk(3, dim=-1); rotate with "
+        "torch.view_as_complex(q.reshape(1, H, T, Dh // 2, 2)) * table[:T]; "
+        "scores = q[0, head] @ k[0, head].T / math.sqrt(Dh), masked_fill(~visible, -inf).softmax(-1).",
+    ],
+    points=1.0,
+    hidden_points=2.0,
+)
+
+CHECKS = [RECORD, PROBABILITIES, IS_DISTRIBUTION, MOST_LIKELY_NEXT, SIMILARITY, ATTENTION_WEIGHTS]
