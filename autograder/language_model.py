@@ -14,6 +14,7 @@ grading time, the student's model in 08.training.
 Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window, V vocabulary.
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -127,10 +128,15 @@ class CausalWindowAttention(nn.Module):
         queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
         if self.rope is not None:
             queries, keys = self.rope(queries, keys)
-        offset = torch.arange(T, device=x.device)[None, :] - torch.arange(T, device=x.device)[:, None]
-        visible = (offset <= 0) & (offset > -W)  # (T, T): key j - query i in (-W, 0]
+        visible = causal_window(T, W, x.device)
         context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible)  # (B, H, T, Dh)
         return self.out(context.transpose(1, 2).reshape(B, T, D))  # heads merged: (B, T, D)
+
+
+def causal_window(T: int, W: int, device: torch.device) -> Tensor:
+    """(T, T) bool: query i sees key j when j - i is in (-W, 0] (Mistral's causal sliding window)."""
+    offset = torch.arange(T, device=device)[None, :] - torch.arange(T, device=device)[:, None]
+    return (offset <= 0) & (offset > -W)
 
 
 def make_causal(model: nn.Module) -> nn.Module:
@@ -382,3 +388,153 @@ def train_course_model(transformer_class, stop_after: int | None = None) -> dict
         "unigram_loss": unigram_loss(train_tokens, held_out, V),
         "bigram_loss": bigram_loss(train_tokens, held_out, V),
     }
+
+
+# ------------------------------------------------- the checkpoint in a model of torch's own layers
+#
+# Notebook 10 inspects the checkpoint without the student's notebook-08 code (a bug there costs
+# nothing in 10): CourseModel is notebook 08's architecture with the causal window, built from
+# torch's layers (nn.RMSNorm, F.scaled_dot_product_attention, a dense mixture of experts) under the
+# checkpoint's parameter names. Its parts take a configuration dict, not the arguments of any
+# question, and call what the questions forbid: it answers none of them
+# (tests/test_package_answers.py). A student can read it, as any model they are given.
+
+PERIOD = 10000.0  # the RoPE period of notebook 08's model (Llama's)
+
+
+class CourseAttention(nn.Module):
+    """Mistral's causal sliding window with the course's per-head qkv split and RoPE.
+
+    forward: x (B, T, D) -> (B, T, D). Query t attends to keys t - W + 1 .. t. The fused projection
+    is split as notebook 03 splits it: view (B, T, H, 3 Dh), heads forward, chunk into q, k, v.
+    Queries and keys are rotated on interleaved pairs (2j, 2j + 1) by `rotation_matrix[t, j]`,
+    e^(i t w_j) with w_j = PERIOD^(-2j / Dh): notebook 04's table, a plain attribute (not a buffer,
+    so that a cast to bfloat16 leaves it complex). Equals language_model.CausalWindowAttention on a
+    notebook-03 layer with those weights.
+    """
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d, h = config["hidden_size"], config["num_heads"]
+        self.num_heads, self.window_size = h, config["window_size"]
+        self.qkv_linear = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        half = torch.arange(0, d // h, 2, dtype=torch.float32) / (d // h)  # 2j / Dh
+        angles = torch.outer(torch.arange(config["max_seq_len"], dtype=torch.float32), PERIOD**-half)
+        self.rotation_matrix = torch.complex(angles.cos(), angles.sin())  # (C, Dh // 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, D = x.shape
+        H, W = self.num_heads, self.window_size
+        qkv = self.qkv_linear(x).view(B, T, H, 3 * (D // H)).transpose(1, 2)  # (B, H, T, 3 Dh)
+        queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
+        cos = self.rotation_matrix.real[:T].to(x.device)  # (T, Dh // 2)
+        sin = self.rotation_matrix.imag[:T].to(x.device)
+        queries, keys = (_rotate_pairs(t, cos, sin) for t in (queries, keys))
+        context = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=causal_window(T, W, x.device)
+        )  # (B, H, T, Dh)
+        return self.out(context.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Each pair (x_2j, x_2j+1) of (B, H, T, Dh) turned by the angle whose cos and sin (T, Dh // 2) give."""
+    even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh // 2)
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class CourseExpert(nn.Module):
+    """One expert, w2(silu(w1 x) * w3 x): w1 the gated projection, w3 the other, w2 back to D."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d, f = config["hidden_size"], config["d_ff"]
+        self.w1, self.w3 = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
+        self.w2 = nn.Linear(f, d, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class CourseMoe(nn.Module):
+    """Mixture of experts, top-K of the gate's logits, softmax over those K (Mistral's order).
+
+    Computed densely: every expert runs on every token and its output is weighted by zero where the
+    token did not choose it. The output equals the routed one of notebook 06; each expert's record
+    (notebook 10) then holds all B x T tokens."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.n_experts_per_token = config["n_experts_per_token"]
+        self.gate = nn.Linear(config["hidden_size"], config["num_experts"], bias=False)
+        self.experts = nn.ModuleList(CourseExpert(config) for _ in range(config["num_experts"]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.gate(x)  # (B, T, E)
+        top, chosen = logits.topk(self.n_experts_per_token, dim=-1)  # (B, T, K)
+        weights = torch.zeros_like(logits).scatter(-1, chosen, top.softmax(dim=-1))  # (B, T, E)
+        outputs = torch.stack([expert(x) for expert in self.experts], dim=-2)  # (B, T, E, D)
+        return (weights.unsqueeze(-1) * outputs).sum(dim=-2)  # (B, T, D)
+
+
+class CourseBlock(nn.Module):
+    """Pre-norm block: h = x + attention(norm1(x)), y = h + moe(norm2(h))."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        d = config["hidden_size"]
+        self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
+        self.attention, self.moe = CourseAttention(config), CourseMoe(config)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x + self.attention(self.norm1(x))
+        return h + self.moe(self.norm2(h))
+
+
+class CourseModel(nn.Module):
+    """Notebook 08's Transformer with the causal window: tokens (B, T) -> logits (B, T, V).
+
+    `config` holds Transformer's arguments by name (language_model.COURSE_MODEL); T <= max_seq_len,
+    the rows of the RoPE table."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.config = dict(config)
+        self.max_seq_len = config["max_seq_len"]
+        self.embedding = nn.Embedding(config["vocabulary_size"], config["hidden_size"])
+        self.blocks = nn.ModuleList(CourseBlock(config) for _ in range(config["n_blocks"]))
+        self.out = nn.Linear(config["hidden_size"], config["vocabulary_size"])
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"the model takes tokens of shape (B, T), got {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.max_seq_len:
+            raise ValueError(
+                f"{tokens.shape[1]} tokens are more than the model's context, max_seq_len = "
+                f"{self.max_seq_len}: give it the last {self.max_seq_len} at most"
+            )
+        x = self.embedding(tokens)  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)  # (B, T, V)
+
+
+@functools.cache
+def _checkpoint() -> dict:
+    return torch.load(CHECKPOINT, weights_only=True)
+
+
+def course_model() -> CourseModel:
+    """The course's trained checkpoint (language_model.CHECKPOINT), in eval mode: a new model at each
+    call (load_state_dict copies the weights)."""
+    saved = _checkpoint()
+    model = CourseModel(saved["config"])
+    model.load_state_dict(saved["state_dict"])
+    return model.eval()
+
+
+def random_course_model(config: dict, state: dict[str, Tensor]) -> CourseModel:
+    """A CourseModel of another size with the given weights (a check's), in eval mode."""
+    model = CourseModel(config)
+    model.load_state_dict(state)
+    return model.eval()

@@ -15,7 +15,8 @@ from autograder import language_model as lm
 from autograder import reference
 from autograder.api import make_cases
 from autograder.checks import inspection
-from autograder.checks.inspection import NO_HOOK_LEFT, ONE_CALL, RECORDS, CourseModel, course_model
+from autograder.checks.inspection import NO_HOOK_LEFT, ONE_CALL, RECORDS
+from autograder.language_model import CourseModel, course_model
 
 from .submissions import mistake, names_the_notebook_binds, parts, verdict
 
@@ -53,7 +54,7 @@ def test_a_drawn_model_computes_what_notebook_08s_model_computes(seed):
     )
     tokens = torch.randint(config["vocabulary_size"], (2, config["max_seq_len"]), generator=g)
     with torch.no_grad():
-        ours = inspection.random_course_model(config, state)(tokens)
+        ours = lm.random_course_model(config, state)(tokens)
         theirs = notebook_08_model(config, state)(tokens)
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
