@@ -323,6 +323,12 @@ class OperationCount(TorchFunctionMode):
         return result
 
 
+class NotAsAsked(Exception):
+    """Raised by a check's run stage when what the student's code gave is not of the form the
+    question asks (records without an entry, a layer without its cache): reported as what the
+    answer lacks, not as an error the student's code raised."""
+
+
 def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
     """Call the object under test on every case; errors become text, never escape."""
     return [_run_case(check, obj, case) for case in cases]
@@ -360,7 +366,7 @@ def _fresh_copy(case: Case) -> Case:
 
 
 # How a result without outputs reads.
-RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ", "your code returned ")
+RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ", "your code returned ", "your answer: ")
 MAX_ERROR_CHARS = 2000  # of an error's message: a student's exception can say anything
 RESULT_DTYPES = {
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -406,6 +412,8 @@ def _describe_error(error: BaseException) -> str:
     """`your code raised Type: message`, plus the student's own line when the error came from a
     notebook cell. An unfilled stub is called one: the release's `raise NotImplementedError()`,
     and the original homework's `raise NotImplemented`, which Python reports as a TypeError."""
+    if type(error) is NotAsAsked:
+        return f"your answer: {str(error)[:MAX_ERROR_CHARS]}"
     line = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if "ipykernel" in frame.filename or frame.filename.startswith("<"):
@@ -669,8 +677,10 @@ def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Se
 
 
 def _sentence(advice: str) -> str:
-    """Advice as a sentence: it follows the mistake's name and a full stop."""
-    return advice[:1].upper() + advice[1:]
+    """Advice as a sentence: it follows the mistake's name and a full stop. One that starts with
+    code (`x.repeat(...)`, `bytes_per_value`) keeps its case."""
+    first = advice.split(" ", 1)[0].rstrip(",:;")
+    return advice[:1].upper() + advice[1:] if first.isalpha() else advice
 
 
 def _same_output(check: Check, result: Outputs, other: Outputs, key: str) -> bool:

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from .. import language_model as lm
-from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, OperationCount, Outputs, Property
 from ..language_model import CourseModel, course_model, random_course_model
 from ..playground import one_thread
 
@@ -288,12 +288,12 @@ def _record_outputs(records, names: list[str]) -> Outputs:
     """The student's records of the named modules as tensors: per module, its output and each
     positional input, the calls stacked along a new first dimension (one row per call)."""
     if not isinstance(records, Mapping):
-        raise TypeError(
+        raise NotAsAsked(
             f"record_activations returned a {type(records).__name__}: return a dict that maps each module's "
             "name to the list of its calls, (inputs, output) for each"
         )
     if not any(isinstance(key, str) for key in records):
-        raise ValueError(
+        raise NotAsAsked(
             "the records have no key that is a module's name: key them by the names model.named_modules() "
             "gives ('', 'embedding', 'blocks.0', ...), not by the modules themselves"
         )
@@ -305,7 +305,7 @@ def _record_outputs(records, names: list[str]) -> Outputs:
         note = (
             " ('' is the model itself, the first name model.named_modules() gives)" if "" in missing else ""
         )
-        raise ValueError(
+        raise NotAsAsked(
             f"the records have no entry for {shown}{note}: every module that runs during the forward needs "
             "one, containers (a block, the whole model) as well as the layers inside them"
         )
@@ -313,27 +313,27 @@ def _record_outputs(records, names: list[str]) -> Outputs:
     for name in names:
         calls = records[name]
         if isinstance(calls, tuple) and len(calls) == 2 and isinstance(calls[1], Tensor):
-            raise TypeError(
+            raise NotAsAsked(
                 f"records[{name!r}] is one (inputs, output) pair: make it a list with one pair per call "
                 "(a module can run more than once in a forward)"
             )
         if not isinstance(calls, list | tuple):
-            raise TypeError(
+            raise NotAsAsked(
                 f"records[{name!r}] is a {type(calls).__name__}, not a list of (inputs, output) pairs"
             )
         inputs_of_calls, outputs_of_calls = [], []
         for call in calls:
             if not (isinstance(call, list | tuple) and len(call) == 2):
-                raise TypeError(f"each call in records[{name!r}] should be a pair (inputs, output)")
+                raise NotAsAsked(f"each call in records[{name!r}] should be a pair (inputs, output)")
             inputs, output = call
             if not isinstance(inputs, list | tuple) or not all(isinstance(x, Tensor) for x in inputs):
                 kind = type(inputs).__name__
-                raise TypeError(
+                raise NotAsAsked(
                     f"the inputs recorded for {_label(name)!r} are a {kind}: record the tuple of positional "
                     "inputs the hook receives (its `args`), each tensor detached"
                 )
             if not isinstance(output, Tensor):
-                raise TypeError(
+                raise NotAsAsked(
                     f"the output recorded for {_label(name)!r} is a {type(output).__name__}, not a tensor"
                 )
             holding_graph += sum(bool(x.requires_grad) for x in (*inputs, output))
@@ -341,13 +341,13 @@ def _record_outputs(records, names: list[str]) -> Outputs:
             outputs_of_calls.append(output)
         counts = {len(inputs) for inputs in inputs_of_calls}
         if len(counts) != 1:
-            raise ValueError(f"the calls recorded for {_label(name)!r} have different numbers of inputs")
+            raise NotAsAsked(f"the calls recorded for {_label(name)!r} have different numbers of inputs")
         try:
             outputs[f"{_label(name)}: output"] = torch.stack(outputs_of_calls)
             for j in range(counts.pop()):
                 outputs[f"{_label(name)}: input {j}"] = torch.stack([inputs[j] for inputs in inputs_of_calls])
         except RuntimeError as error:
-            raise ValueError(
+            raise NotAsAsked(
                 f"the calls recorded for {_label(name)!r} have tensors of different shapes"
             ) from error
     outputs["tensors holding a graph"] = torch.tensor(holding_graph)
@@ -585,7 +585,7 @@ def run_next(most_likely_next, case: Case) -> Outputs:
     with one_thread():
         char = most_likely_next(model, i["text"], i["context"])
     if not isinstance(char, str) or len(char) != 1 or char not in lm.ALPHABET:
-        raise TypeError(
+        raise NotAsAsked(
             f"most_likely_next returned {char!r}: return one character of ALPHABET (decode the token id)"
         )
     return {"next": torch.tensor(lm.ALPHABET.index(char))}
@@ -671,7 +671,7 @@ def run_similarity(cosine_similarity_matrix, case: Case) -> Outputs:
         with OperationCount() as count:
             result = cosine_similarity_matrix(x)
             if type(result) is not Tensor:  # judged while counted: a subclass could do its work later
-                raise TypeError(
+                raise NotAsAsked(
                     f"cosine_similarity_matrix returned a {type(result).__name__}: return a plain tensor"
                 )
         outputs[key], outputs[count_key] = result, torch.tensor(count.calls)

@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.nn as nn
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property
 from .rope import random_rotation_table
 
 Tensor = torch.Tensor
@@ -31,7 +31,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 def _plain(value, what: str) -> Tensor:
     """A plain tensor (no subclass, which could put its work off until it is read), detached."""
     if type(value) is not torch.Tensor:
-        raise TypeError(f"{what} is a {type(value).__name__}, not a torch.Tensor")
+        raise NotAsAsked(f"{what} is a {type(value).__name__}, not a torch.Tensor")
     return value.detach().clone()
 
 
@@ -274,7 +274,7 @@ def build_cached_layer(layer_class, inputs: dict):
     for name, weight in inputs["weights"].items():
         linear = getattr(layer, name, None)
         if not isinstance(linear, nn.Linear):
-            raise ValueError(
+            raise NotAsAsked(
                 f"the layer has no nn.Linear `{name}`: keep the given projections wq, wk, wv, wo"
             )
         with torch.no_grad():
@@ -319,7 +319,7 @@ def _cache_contents(layer, b: int, end: int, h_kv: int) -> Outputs:
     for name in ("cache_k", "cache_v"):
         cache = getattr(layer, name, None)
         if type(cache) is not torch.Tensor:
-            raise ValueError(f"the layer has no tensor `self.{name}`: allocate it in __init__")
+            raise NotAsAsked(f"the layer has no tensor `self.{name}`: allocate it in __init__")
         if cache.dim() == 4 and cache.shape[2] == h_kv and cache.shape[1] != h_kv:
             cache = cache.transpose(1, 2)  # Llama's layout
         outputs[f"{name}_shape"] = torch.tensor(cache.shape)
@@ -425,6 +425,11 @@ KV_CACHE = Check(
             "query and one column per cached key.",
         ),
         ErrorHint(
+            "The expanded size of the tensor",
+            "a call's batch B may be smaller than max_batch_size: write and read the cache's first B rows, "
+            "self.cache_k[:B, :, start_pos : start_pos + T] = k.",
+        ),
+        ErrorHint(
             "to be no larger than self",
             "scatter_'s index has the shape of what it writes: the call's T positions, "
             "torch.arange(start_pos, start_pos + T), expanded to the shape of k; or write by slicing, "
@@ -501,7 +506,7 @@ def run_memory(kv_cache_bytes, case: Case) -> Outputs:
     try:
         value = operator.index(value)  # an int, or a NumPy integer
     except TypeError:
-        raise TypeError(f"kv_cache_bytes returned {value!r}, not a whole number of bytes") from None
+        raise NotAsAsked(f"kv_cache_bytes returned {value!r}, not a whole number of bytes") from None
     return {"bytes": torch.tensor(value, dtype=torch.float64)}  # float64: exact below 2**53
 
 
@@ -583,7 +588,7 @@ SAMPLING = Check(
     cases=sampling_cases,
     run=run_sampling,
     concerns=[Concern(TEMPERATURE, weight=2), Concern(TOP_K, weight=1), Concern(GREEDY, weight=1)],
-    outputs={"probabilities": "the probabilities"},
+    outputs={"probabilities": "the tensor of probabilities"},
     properties=[
         Property("each row sums to 1", _rows_sum_to_one),
         Property("tokens outside the top k get probability 0", _zero_outside_top_k),
@@ -657,7 +662,7 @@ def generate_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             "top_k": k,
             "seed": _int(g, 0, 2**31),
         }
-        name = f"B={b} V={v} prompt of {p} tokens, {n} new, temperature={t:g}, top_k={k}"
+        name = f"B={b} V={v} prompt of {p} token{'s' * (p > 1)}, {n} new, temperature={t:g}, top_k={k}"
         cases.append(Case(name, inputs, concern=concern))
     return cases
 
@@ -681,7 +686,8 @@ def run_generate(targets, case: Case) -> Outputs:
         other, _ = _generated(generate, other_seed)
         return {"sampled": tokens, "sampled_again": again, "sampled_other_seed": other}
     # A call after the last token (its logits unused) is allowed: only the first N calls count.
-    return {"tokens": tokens, "calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2)}
+    # The calls first: a wrong position is named there before it shows in the tokens.
+    return {"calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2), "tokens": tokens}
 
 
 def _first_token_logits(case: Case) -> Tensor:
@@ -785,7 +791,7 @@ GENERATE = Check(
     hidden_points=2,
     concerns=[Concern(GREEDY_RUN, weight=2), Concern(SAMPLED, weight=1)],
     outputs={
-        "tokens": "the tokens generate returned (prompt and new ones)",
+        "tokens": "the tensor of tokens generate returned (prompt and new ones)",
         "calls": "the model's calls, as (T, start_pos) rows",
         "sampled": "the sampled tokens",
         "sampled_again": "the tokens of a second run, seeded alike",

@@ -232,6 +232,29 @@ class _KeysRotatedFromZero(_Cached):
         return q, k, v
 
 
+class _QueryBlind(_Cached):
+    def visible(self, start_pos, T, end):
+        return torch.arange(end)[None, :] < torch.arange(start_pos, start_pos + T)[:, None]
+
+
+class _RotatedWhenRead(_Cached):
+    """Caches the keys as projected and rotates all of them at every read: right outputs, but each
+    step turns every cached key again, and the cache holds unrotated keys."""
+
+    def project(self, x, start_pos):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, _ = self.rope(q, q, start_pos)
+        return q, k, v
+
+    def read(self, B, end):
+        keys, values = super().read(B, end)
+        _, keys = self.rope(keys, keys, 0)
+        return keys, values
+
+
 class _WholeCacheRead(_Cached):
     def read(self, B, end):
         return self.cache_k[:B], self.cache_v[:B]
@@ -318,6 +341,18 @@ CACHE_MISTAKES = [
         "no causal mask: a query of a prefill sees the keys after it",
         "query i (position start_pos + i) must not see key j > start_pos + i; fill those scores with -inf.",
         _cached(_NoMask),
+    ),
+    Mistake(
+        "a query cannot see its own key (j < start_pos + i): the first query sees no key, and the softmax "
+        "of a row of -inf is NaN",
+        "query i (position start_pos + i) sees key j when j <= start_pos + i: its own key included.",
+        _cached(_QueryBlind),
+    ),
+    Mistake(
+        "unrotated keys cached, then rotated at every read",
+        "rotate k at its position (self.rope(q, k, start_pos)) before writing it: the cache holds rotated "
+        "keys, each turned once, not again at every step.",
+        _cached(_RotatedWhenRead),
     ),
     Mistake(
         "the keys rotated from position 0 in every call, not at their absolute positions",
@@ -543,6 +578,37 @@ def _generate_position_stuck(model, prompt, max_new_tokens, temperature=1.0, top
 
 
 @torch.no_grad()
+def _generate_one_late(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    tokens = prompt
+    logits = model(prompt, 0)[:, -1]
+    for step in range(max_new_tokens):
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(next_token, tokens.shape[1])[:, -1]  # one past the token's own position
+    return tokens
+
+
+@torch.no_grad()
+def _generate_prompt_token_by_token(
+    model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    for position in range(prompt.shape[1]):
+        logits = model(prompt[:, position : position + 1], position)[:, -1]
+    tokens = prompt
+    for step in range(max_new_tokens):
+        next_token = torch.multinomial(
+            _sampling_distribution(logits, temperature, top_k), 1, generator=generator
+        )
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(next_token, tokens.shape[1] - 1)[:, -1]
+    return tokens
+
+
+@torch.no_grad()
 def _generate_new_only(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     tokens = prompt
     logits = model(prompt, 0)[:, -1]
@@ -576,6 +642,18 @@ GENERATE_MISTAKES = [
         "every new token fed at the same start_pos",
         "the token just drawn sits at position tokens.shape[1] - 1: pass that as start_pos.",
         _generating(_generate_position_stuck),
+    ),
+    Mistake(
+        "each new token fed one position late (start_pos = tokens.shape[1])",
+        "the token just drawn sits at position tokens.shape[1] - 1 (the tokens before it are 0 .. that - 1): "
+        "pass that as start_pos.",
+        _generating(_generate_one_late),
+    ),
+    Mistake(
+        "the prompt fed one token at a time",
+        "feed the whole prompt once, model(prompt, 0): one call computes all its positions; then one token "
+        "per call.",
+        _generating(_generate_prompt_token_by_token),
     ),
     Mistake(
         "only the new tokens returned, without the prompt",

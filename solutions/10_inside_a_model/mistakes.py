@@ -103,6 +103,23 @@ def KeyedByModule(model, tokens):  # noqa: N802 - named like the other mistakes
     return records
 
 
+def LateBoundName(model, tokens):  # noqa: N802
+    records, handles = {}, []
+    for name, module in model.named_modules():  # each lambda reads `name` when it runs: the last one
+        handles.append(
+            module.register_forward_hook(
+                lambda m, a, o: records.setdefault(name, []).append((_detached(a), o.detach()))
+            )
+        )
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
 CONTAINERS = (
     "every module that runs needs an entry, containers included: loop over model.named_modules(), not only the "
     "modules without children or the model's direct children"
@@ -125,6 +142,12 @@ RECORD_MISTAKES = [
         "the records are keyed by the module objects, not their names",
         "give each hook the module's name (make_hook(name), or functools.partial) and key the records by it.",
         KeyedByModule,
+    ),
+    Mistake(
+        "every call recorded under one name: the hooks' lambda reads `name` when it runs, after the loop",
+        "give each hook its own name when you make it: a function make_hook(name) that returns the hook, or "
+        "functools.partial(hook, name); a lambda in a loop sees the loop variable's last value.",
+        LateBoundName,
     ),
     Mistake(
         "each call of a module replaces its record, so only the last call is kept",
