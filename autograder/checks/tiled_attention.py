@@ -1,0 +1,601 @@
+"""Checks of notebook 11, attention without the T x T matrix (online softmax, tiled attention).
+
+Key: B batch, H heads, T sequence length, Dh head dimension, N the length of a softmax row,
+b the block size (block_size).
+
+Two checks measure how the code works as well as what it returns: the largest tensor it creates
+while it runs (`LargestIntermediate`, a dispatch mode that sees every ATen operation, the ones
+inside torch's own Python functions too). The result itself and views of the inputs do not count:
+what counts is the working memory. Those measurements are made inside the student's kernel and
+sent back like the outputs (`Check.measured`): a kernel that forges them can earn the memory
+concern, and only that, with an answer that is right at every length measured (see the README).
+"""
+
+import torch
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+
+Tensor = torch.Tensor
+
+
+# ------------------------------------------------------------------------- the measurement
+
+
+class LargestIntermediate(TorchDispatchMode):
+    """The largest tensor the operations run while active take or give, leaving out the given
+    inputs (and their views) and, at the end, the result (and its views): the working memory of a
+    call, in elements, with its shape.
+
+    A dispatch mode sees each ATen operation, below autograd and inside torch's Python functions.
+    The KEEP largest tensors seen are held until the end, so that their memory is not reused by the
+    result (which would make them look like the result). It sees only what PyTorch computes: work
+    done in NumPy and handed over with torch.from_numpy is invisible until a torch operation takes it.
+
+        with LargestIntermediate([q, k, v]) as seen:
+            out = attention(q, k, v)
+        numel, shape = seen.largest(out)
+    """
+
+    KEEP = 8
+
+    def __init__(self, inputs=()):
+        super().__init__()
+        self.inputs = {_storage(t) for t in inputs}
+        self.kept: list[tuple[int, tuple[int, ...], Tensor]] = []  # (numel, shape, tensor), largest first
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for leaf in pytree.tree_leaves((args, kwargs, result)):
+            if isinstance(leaf, Tensor):
+                self._see(leaf)
+        return result
+
+    def _see(self, tensor: Tensor) -> None:
+        storage, numel = _storage(tensor), tensor.numel()
+        if numel == 0 or (storage is not None and storage in self.inputs):
+            return
+        for i, (seen, _, held) in enumerate(self.kept):
+            if storage is not None and _storage(held) == storage:  # a view of a tensor already held
+                # the larger view; of two as large, the one of more dimensions: matmul's 4-D result
+                # is a view of a 3-D bmm's, (B, H, n, m) says more than (B * H, n, m)
+                if (numel, tensor.dim()) > (seen, len(self.kept[i][1])):
+                    self.kept[i] = (numel, tuple(tensor.shape), held)
+                    self.kept.sort(key=lambda entry: -entry[0])
+                return
+        if len(self.kept) < self.KEEP or numel > self.kept[-1][0]:
+            self.kept.append((numel, tuple(tensor.shape), tensor))
+            self.kept.sort(key=lambda entry: -entry[0])
+            del self.kept[self.KEEP :]
+
+    def largest(self, result: Tensor) -> tuple[int, tuple[int, ...]]:
+        """The largest tensor seen that is not the result or a view of it: (elements, shape)."""
+        mine = _storage(result)
+        for numel, shape, held in self.kept:
+            if mine is None or _storage(held) != mine:
+                return numel, shape
+        return 0, ()
+
+
+def _storage(tensor: Tensor) -> int | None:
+    """Where a tensor's memory starts (views share it); None for tensors without one."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # sparse, nested or meta tensors: never taken for an input or the result
+        return None
+
+
+def _plain_tensor(result, what: str) -> Tensor:
+    """The result, judged while it is still measured: a subclass could defer its work until after."""
+    if type(result) is not torch.Tensor:
+        raise TypeError(
+            f"{what} is a {type(result).__name__}, not a torch.Tensor: return a plain tensor (no subclass), "
+            "so that the work that gives it is measured while your code runs"
+        )
+    return result
+
+
+def measured_call(call, inputs: list[Tensor], what: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The call's result, the number of elements of the largest intermediate and its shape."""
+    with LargestIntermediate(inputs) as seen:
+        result = _plain_tensor(call(), what)
+    numel, shape = seen.largest(result)
+    return result, torch.tensor(numel), torch.tensor(shape, dtype=torch.int64)
+
+
+MISSING = "the measurement did not come back with the results"
+
+
+def _measurement(out: Outputs, numel_key: str, shape_key: str) -> tuple[int, tuple[int, ...]] | str:
+    """(elements, shape) of a measured run, or why there is none: never an error, which would let a
+    property pass."""
+    numel, shape = out.get(numel_key), out.get(shape_key)
+    if not (isinstance(numel, Tensor) and numel.numel() == 1 and isinstance(shape, Tensor)):
+        return MISSING
+    if numel.is_complex() or shape.is_complex() or not bool(torch.isfinite(numel.double()).all()):
+        return "the measurement that came back is not a number"
+    return int(numel), tuple(int(n) for n in shape.flatten()[:8])
+
+
+# ------------------------------------------------------------------- Question 1: the bytes
+
+
+BYTE_CASES = [(1, 32, 8192, 4), (2, 8, 1000, 2), (1, 1, 1, 4), (3, 12, 512, 4), (4, 16, 2048, 8)]
+
+
+def bytes_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(BYTE_CASES)
+    if hidden:
+        for _ in range(4):
+            b, h = (int(torch.randint(1, n, (), generator=g)) for n in (9, 65))
+            t = int(torch.randint(1, 200_000, (), generator=g))
+            shapes.append((b, h, t, (1, 2, 4, 8)[int(torch.randint(0, 4, (), generator=g))]))
+    return [
+        Case(
+            f"batch={b}, heads={h}, seq_len={t}, bytes_per_element={e}",
+            {"batch": b, "heads": h, "seq_len": t, "bytes_per_element": e},
+        )
+        for b, h, t, e in shapes
+    ]
+
+
+def run_bytes(score_matrix_bytes, case: Case) -> Outputs:
+    i = case.inputs
+    value = score_matrix_bytes(i["batch"], i["heads"], i["seq_len"], i["bytes_per_element"])
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise TypeError(
+                f"score_matrix_bytes returned a tensor of shape {tuple(value.shape)}, not a number"
+            )
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"score_matrix_bytes returned a {type(value).__name__}, not a number of bytes")
+    return {"bytes": torch.tensor(float(value), dtype=torch.float64)}
+
+
+SCORE_MATRIX_BYTES = Check(
+    name="11.score_matrix_bytes",
+    target="score_matrix_bytes",
+    cases=bytes_cases,
+    run=run_bytes,
+    points=1,
+    hidden_points=1,
+    outputs={"bytes": "the number of bytes"},
+    hints=[
+        "How many attention scores does one head compute for one sequence? One per pair of what?",
+        "Test it: score_matrix_bytes(1, 1, 3, 4) is 36 (a 3 x 3 matrix of 4-byte floats), and doubling "
+        "seq_len multiplies the result by 4.",
+        "batch * heads matrices, each seq_len x seq_len, of bytes_per_element bytes each.",
+        "return batch * heads * seq_len * seq_len * bytes_per_element",
+    ],
+)
+
+
+# ----------------------------------------------------------------- Question 2: online softmax
+
+SOFTMAX_CORE = "softmax over streamed blocks, ordinary logits"
+SOFTMAX_STABLE = "logits as large as +-1000: no overflow, no 0 / 0"
+ONE_BLOCK = "one block of the row at a time"
+P_LARGEST, P_SHAPE = "largest intermediate", "largest intermediate's shape"
+
+# (shape of the scores, block size, scale). The first case tells the mistakes of the core apart:
+# N = 10 is no multiple of b = 4, and a row's maximum changes from block to block.
+SOFTMAX_SHAPES = [((3, 10), 4, 3.0), ((2, 4, 16), 4, 2.0), ((5, 7), 16, 3.0), ((4, 9), 1, 3.0)]
+
+
+def _rising(g: torch.Generator, rows: int, n: int) -> Tensor:
+    """Rows whose maximum grows in every block: each later logit larger than the ones before."""
+    return torch.randn(rows, n, generator=g).abs().cumsum(dim=-1)
+
+
+def softmax_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(SOFTMAX_SHAPES)
+    if hidden:
+        for _ in range(3):
+            rows = tuple(
+                int(torch.randint(1, 5, (), generator=g))
+                for _ in range(int(torch.randint(1, 4, (), generator=g)))
+            )
+            n, b = int(torch.randint(1, 40, (), generator=g)), int(torch.randint(1, 12, (), generator=g))
+            shapes.append(((*rows, n), b, float(torch.empty(()).uniform_(0.5, 5, generator=g))))
+    cases = [
+        Case(
+            f"scores of shape {shape} (|s| ~ {scale:.3g}), block_size={b}",
+            {"scores": torch.randn(shape, generator=g) * scale, "block_size": b},
+        )
+        for shape, b, scale in shapes
+    ]
+    cases.append(
+        Case(
+            "scores of shape (3, 12) rising along each row, block_size=5",
+            {"scores": _rising(g, 3, 12), "block_size": 5},
+        )
+    )
+    # Every row holds a logit near +1000 (so a running max started at 0 is harmless there), then rows
+    # all near -1000, where exp(s) underflows to 0 unless the maximum is subtracted.
+    high = torch.randn(4, 11, generator=g) * 400
+    high[torch.arange(4), torch.randint(0, 11, (4,), generator=g)] = 1000.0
+    low = -1000 + torch.randn(3, 9, generator=g) * 5
+    cases += [
+        Case(
+            "logits up to +1000 (one per row), shape (4, 11), block_size=3",
+            {"scores": high, "block_size": 3},
+            concern=SOFTMAX_STABLE,
+        ),
+        Case(
+            "logits all near -1000, shape (3, 9), block_size=4",
+            {"scores": low, "block_size": 4},
+            concern=SOFTMAX_STABLE,
+        ),
+    ]
+    return [*cases, _softmax_measured(g, hidden)]
+
+
+def _softmax_measured(g: torch.Generator, hidden: bool) -> Case:
+    """Rows at least 6 blocks long: a tensor as wide as a row is then 6 times a block's."""
+    shape, b = (4, 6, 96), 8
+    if hidden:
+        b = int(torch.randint(3, 13, (), generator=g))
+        rows = tuple(int(torch.randint(1, 6, (), generator=g)) for _ in range(2))
+        shape = (
+            *rows,
+            b * int(torch.randint(6, 11, (), generator=g)) + int(torch.randint(0, b, (), generator=g)),
+        )
+    inputs = {"scores": torch.randn(shape, generator=g) * 3, "block_size": b, "measured": True}
+    return Case(f"scores of shape {shape}, block_size={b}, measured", inputs, concern=ONE_BLOCK)
+
+
+def run_online_softmax(online_softmax, case: Case) -> Outputs:
+    scores, b = case.inputs["scores"], case.inputs["block_size"]
+    if not case.inputs.get("measured"):
+        return {"p": online_softmax(scores, b)}
+    p, numel, shape = measured_call(
+        lambda: online_softmax(scores, b), [scores], "the result of online_softmax"
+    )
+    return {"p": p, P_LARGEST: numel, P_SHAPE: shape}
+
+
+# (rtol, atol) in float32. Logits near 1000 are stored to about 6e-5 (an ulp), and each weight
+# exp(s - m) inherits that rounding: two correct orders of operations (scaling q or the scores, a
+# log-sum-exp merge) then differ by up to about 3e-5, more than the central 1e-5. Every catalogued
+# mistake is off by 1e-2 or more.
+LARGE_LOGITS = (1e-4, 1e-4)
+
+
+def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
+    p = out.get("p")
+    if p is None or p.shape != case.inputs["scores"].shape or not bool(torch.isfinite(p).all()):
+        return None
+    gap = (p.double().sum(-1) - 1).abs().max().item()
+    return None if gap <= 1e-4 else f"a row of the result sums to 1 +- {gap:.3g}, not 1"
+
+
+def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
+    p, scores = out.get("p"), case.inputs["scores"]
+    if p is None or p.shape != scores.shape:
+        return None
+    gap = (p.double() - torch.softmax(scores.double(), dim=-1)).abs().max().item()
+    return None if gap <= 1e-4 else f"the result is off torch.softmax(scores, dim=-1) by up to {gap:.3g}"
+
+
+def _one_block_at_a_time(case: Case, out: Outputs) -> str | None:
+    if not case.inputs.get("measured"):
+        return None
+    if isinstance(seen := _measurement(out, P_LARGEST, P_SHAPE), str):
+        return seen
+    (numel, shape), scores, b = seen, case.inputs["scores"], case.inputs["block_size"]
+    rows, n = scores.numel() // scores.shape[-1], scores.shape[-1]
+    block = rows * min(b, n)
+    if numel <= 2 * block:
+        return None
+    return (
+        f"besides the result, your code creates a tensor of shape {shape} ({numel} elements), while one "
+        f"block of every row is {rows} x {min(b, n)} = {block}: a tensor as wide as the row ({n} columns) "
+        "means the row was not streamed (a plain softmax of the whole row, or exp(scores - m) / l computed "
+        "on the whole row at the end). Hold one block at a time: the running max and sum per row, then "
+        "each block's normalised values written into the result (or collected and joined with torch.cat)"
+    )
+
+
+# The library's softmax in all its spellings, and logsumexp (the normaliser in one call).
+LIBRARY_SOFTMAX = library_calls(
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch._softmax",
+    "torch._safe_softmax",
+    "torch.nn.functional.softmin",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.special.log_softmax",
+    "torch._log_softmax",
+    "torch.logsumexp",
+    "torch.Tensor.logsumexp",
+    "torch.special.logsumexp",
+)
+
+ONLINE_SOFTMAX = Check(
+    name="11.online_softmax",
+    extra_tolerance={torch.float32: LARGE_LOGITS},
+    target="online_softmax",
+    cases=softmax_cases,
+    run=run_online_softmax,
+    concerns=[
+        Concern(SOFTMAX_CORE, weight=2),
+        Concern(SOFTMAX_STABLE, weight=1),
+        Concern(ONE_BLOCK, weight=1),
+    ],
+    outputs={
+        "p": "the result of online_softmax(scores, block_size)",
+        P_LARGEST: "the largest tensor your code created",
+        P_SHAPE: "the shape of the largest tensor your code created",
+    },
+    measured=(P_LARGEST, P_SHAPE),
+    forbidden=LIBRARY_SOFTMAX,
+    properties=[
+        Property("rows sum to 1", _rows_sum_to_one),
+        Property("matches torch.softmax", _matches_torch_softmax),
+        Property("one block of the row at a time", _one_block_at_a_time, concern=ONE_BLOCK),
+    ],
+    error_hints=[
+        ErrorHint(
+            "Sizes of tensors must match except in dimension",
+            "the normalised blocks do not fit together: join them along the last dimension, "
+            "torch.cat(blocks, dim=-1), and make each row's running statistics (..., 1), with "
+            "keepdim=True.",
+        ),
+    ],
+    hints=[
+        "Look at one row and two blocks. You know max and sum of exp(s - max) for the first block alone; a "
+        "larger value arrives in the second. What has to happen to the sum you already have?",
+        "Test it: for s = torch.randn(3, 10) * 3, online_softmax(s, 4) should equal torch.softmax(s, "
+        "dim=-1) within 1e-6 (so should block_size 1 and block_size 16), and online_softmax(s + 1000, 4) "
+        "should be the same, without NaN; so should online_softmax(s - 1000, 4).",
+        "Per block: m_new = max(m, max of the block); l = l * exp(m - m_new) + sum(exp(block - m_new)); "
+        "m = m_new. Start from m = -inf and l = 0. After the last block the row's softmax is "
+        "exp(s - m) / l, computed block by block.",
+        "m = torch.full((*scores.shape[:-1], 1), float('-inf')); for start in range(0, N, block_size): "
+        "block = scores[..., start:start + block_size]; m_new = torch.maximum(m, block.amax(dim=-1, "
+        "keepdim=True)); ...; then torch.cat([torch.exp(block - m) / l for each block], dim=-1).",
+    ],
+)
+
+
+# ---------------------------------------------------------------- Question 3: tiled attention
+
+NON_CAUSAL, CAUSAL = "non-causal attention", "causal attention"
+MEMORY = "a tile of scores at a time: memory linear in T, never T x T"
+LONG = "_long"
+LARGEST_SHORT, LARGEST_LONG = (
+    "largest intermediate at the short length",
+    "largest intermediate at the long length",
+)
+SHAPE_SHORT, SHAPE_LONG = "its shape at the short length", "its shape at the long length"
+ATTENTION_MEASURED = {
+    LARGEST_SHORT: "the largest tensor your code created at the shorter length",
+    LARGEST_LONG: "the largest tensor your code created at the longer length",
+    SHAPE_SHORT: "the shape of the largest tensor at the shorter length",
+    SHAPE_LONG: "the shape of the largest tensor at the longer length",
+}
+
+# (B, H, T, Dh, block_size). The first tells the mistakes apart: T = 10 is no multiple of 4, H = 2
+# separates 1/sqrt(Dh) from 1/sqrt(H * Dh), and three key blocks let the running max change.
+ATTENTION_SHAPES = [(1, 2, 10, 8, 4), (2, 3, 16, 4, 4), (1, 1, 5, 8, 8), (2, 1, 7, 4, 1)]
+
+
+def _qkv(g: torch.Generator, b: int, h: int, t: int, dh: int) -> dict:
+    q, k, v = torch.randn(3, b, h, t, dh, generator=g)
+    return {"q": q, "k": k, "v": v}
+
+
+def _extreme(g: torch.Generator, sign: float, b: int, h: int, t: int, dh: int) -> dict:
+    """Keys near one direction and queries 50 times along it (or against it): every score near
+    +-100 sqrt(Dh), far beyond exp's float32 range (about +-88)."""
+    k = 1 + 0.1 * torch.randn(b, h, t, dh, generator=g)
+    q = sign * 50 * (1 + 0.1 * torch.randn(b, h, t, dh, generator=g))
+    return {"q": q, "k": k, "v": torch.randn(b, h, t, dh, generator=g)}
+
+
+def attention_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes = list(ATTENTION_SHAPES)
+    if hidden:
+        for _ in range(3):
+            b, h = (int(torch.randint(1, 4, (), generator=g)) for _ in range(2))
+            bs = int(torch.randint(1, 17, (), generator=g))
+            t = int(torch.randint(1, 5 * bs + 3, (), generator=g))
+            shapes.append((b, h, t, 2 * int(torch.randint(1, 9, (), generator=g)), bs))
+    cases = []
+    for causal, concern in ((False, NON_CAUSAL), (True, CAUSAL)):
+        tag = ", causal" if causal else ""
+        for b, h, t, dh, bs in shapes:
+            inputs = {**_qkv(g, b, h, t, dh), "block_size": bs, "causal": causal}
+            cases.append(Case(f"B={b} H={h} T={t} Dh={dh} block_size={bs}{tag}", inputs, concern=concern))
+        # Scores near +1000 then near -1000 (after the first, a running max started at 0 is harmless).
+        for sign, what in (
+            (1.0, "queries 50x along the keys: scores near +140"),
+            (-1.0, "queries 50x against the keys: every score near -140"),
+        ):
+            inputs = {**_extreme(g, sign, 1, 2, 11, 8), "block_size": 4, "causal": causal}
+            cases.append(Case(f"B=1 H=2 T=11 Dh=8 block_size=4{tag}, {what}", inputs, concern=concern))
+    return [*cases, _attention_measured(g, hidden)]
+
+
+def _attention_measured(g: torch.Generator, hidden: bool) -> Case:
+    """The function at two lengths about 4 times apart, with Dh = 4 and blocks of 16 to 32: a (T, T)
+    tensor grows 16 times, twice what the check allows, and a row of scores against every key,
+    (block_size, T), is then at least 1.5 times twice a copy of q, the most the answer may hold besides
+    twice one tile. The long run has (long / block_size)^2 = 64 to 100 tiles."""
+    b, h, bs, causal, (short, long) = 1, 2, 32, False, (64, 256)
+    if hidden:
+        b, h = (int(torch.randint(1, 3, (), generator=g)) for _ in range(2))
+        bs = (16, 24, 32)[int(torch.randint(0, 3, (), generator=g))]
+        causal = bool(torch.randint(0, 2, (), generator=g))
+        short = 2 * bs + int(torch.randint(0, bs // 2, (), generator=g))
+        long = 4 * short + int(torch.randint(0, 4, (), generator=g))
+    dh = 4
+    inputs = {**_qkv(g, b, h, short, dh), "block_size": bs, "causal": causal, "lengths": (short, long)}
+    inputs["long"] = _qkv(g, b, h, long, dh)
+    name = f"B={b} H={h} Dh={dh} block_size={bs}{', causal' if causal else ''} run at T={short} and T={long}"
+    return Case(name, inputs, concern=MEMORY)
+
+
+def run_tiled_attention(tiled_attention, case: Case) -> Outputs:
+    i = case.inputs
+    bs, causal = i["block_size"], i["causal"]
+    if "lengths" not in i:
+        return {"output": tiled_attention(i["q"], i["k"], i["v"], bs, causal=causal)}
+    outputs = {}
+    for run, suffix, keys in (
+        (i, "", (LARGEST_SHORT, SHAPE_SHORT)),
+        (i["long"], LONG, (LARGEST_LONG, SHAPE_LONG)),
+    ):
+        q, k, v = run["q"], run["k"], run["v"]
+        result = measured_call(
+            lambda q=q, k=k, v=v: tiled_attention(q, k, v, bs, causal=causal),
+            [q, k, v],
+            "the attention output",
+        )
+        outputs["output" + suffix], outputs[keys[0]], outputs[keys[1]] = result
+    return outputs
+
+
+def _matches_sdpa(case: Case, out: Outputs) -> str | None:
+    i = case.inputs
+    for key, run in (("output", i), ("output" + LONG, i.get("long"))):
+        got = out.get(key)
+        if run is None or got is None or got.shape != run["q"].shape:
+            continue
+        q, k, v = (run[name].double() for name in "qkv")
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=i["causal"])
+        gap = (got.double() - want).abs().max().item()
+        if not gap <= 1e-4 * max(1.0, want.abs().max().item()):
+            sdpa = f"F.scaled_dot_product_attention(q, k, v, is_causal={i['causal']})"
+            return f"the output is off {sdpa} by up to {gap:.3g}"
+    return None
+
+
+def _describe(shape: tuple[int, ...], t: int, bs: int) -> str:
+    """The shape with its sequence-long dimensions named."""
+    long = [n for n in shape if t <= n < t + max(bs, 1)]
+    if len(long) >= 2:
+        return f"shape {shape}: T x T (T={t}), the whole matrix of scores or a full mask"
+    if len(long) == 1:
+        return f"shape {shape}: one side is the whole sequence (T={t})"
+    return f"shape {shape}"
+
+
+def _grows_like_t(case: Case, out: Outputs) -> str | None:
+    short, long = (
+        _measurement(out, *keys) for keys in ((LARGEST_SHORT, SHAPE_SHORT), (LARGEST_LONG, SHAPE_LONG))
+    )
+    for seen in (short, long):
+        if isinstance(seen, str):
+            return seen
+    (n_short, _), (n_long, shape) = short, long
+    (t_short, t_long), bs = case.inputs["lengths"], case.inputs["block_size"]
+    growth = n_long / max(1, n_short)
+    if growth <= 2 * t_long / t_short:
+        return None
+    return (
+        f"the largest tensor your code creates besides the result holds {n_short} elements at "
+        f"T={t_short} and {n_long} at T={t_long} ({_describe(shape, t_long, bs)}): {growth:.0f} times "
+        f"more for {t_long / t_short:.0f} times the length, faster than T. Never build the (T, T) "
+        "scores or mask: score one block of queries against one block of keys at a time, and mask "
+        "the diagonal tiles with block-sized position ranges"
+    )
+
+
+def _one_tile_at_a_time(case: Case, out: Outputs) -> str | None:
+    i = case.inputs
+    (t_short, t_long), bs = i["lengths"], i["block_size"]
+    b, h, _, dh = i["q"].shape
+    for numel_key, shape_key, t in (
+        (LARGEST_SHORT, SHAPE_SHORT, t_short),
+        (LARGEST_LONG, SHAPE_LONG, t_long),
+    ):
+        if isinstance(seen := _measurement(out, numel_key, shape_key), str):
+            return seen
+        numel, shape = seen
+        copy, tile = b * h * (t + bs) * dh, b * h * bs * bs
+        # Scores of all the queries against one key block, (B, H, T, block_size), are as large as a
+        # block of queries against every key, but the online softmax carries them: only a row of
+        # scores that spans every key (its last dimension T) is a softmax of the whole row.
+        if numel <= 2 * max(copy, tile) or len(shape) == 0 or shape[-1] < t:
+            continue
+        return (
+            f"at T={t} your code creates a tensor of {_describe(shape, t, bs)} ({numel} elements), more than "
+            f"twice a copy of q ({b * h * t * dh}) and twice one {bs} x {bs} tile of scores per "
+            f"(batch, head) ({tile}). A block of queries scored against every key at once is a softmax "
+            "over the whole row, not an online one: loop over the key blocks too, keeping the running "
+            "max, sum and output"
+        )
+    return None
+
+
+LIBRARY_ATTENTION = library_calls(
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch._scaled_dot_product_attention_math",
+    "torch._scaled_dot_product_flash_attention_for_cpu",
+    "torch.ops.aten._scaled_dot_product_flash_attention",
+    "torch.ops.aten._scaled_dot_product_efficient_attention",
+    "torch.ops.aten._scaled_dot_product_cudnn_attention",
+    "torch.ops.aten._scaled_dot_product_fused_attention_overrideable",
+    "torch.ops.aten._flash_attention_forward",
+    "torch.ops.aten._efficient_attention_forward",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch._native_multi_head_attention",
+)
+
+TILED_ATTENTION = Check(
+    name="11.tiled_attention",
+    extra_tolerance={torch.float32: LARGE_LOGITS},
+    target="tiled_attention",
+    cases=attention_cases,
+    run=run_tiled_attention,
+    concerns=[Concern(NON_CAUSAL, weight=2), Concern(CAUSAL, weight=1), Concern(MEMORY, weight=2)],
+    outputs={
+        "output": "the attention output",
+        "output" + LONG: "the attention output at the longer length",
+        **ATTENTION_MEASURED,
+    },
+    measured=tuple(ATTENTION_MEASURED),
+    forbidden=LIBRARY_ATTENTION,
+    properties=[
+        Property("matches F.scaled_dot_product_attention", _matches_sdpa),
+        Property("the largest intermediate grows like T, not T squared", _grows_like_t, concern=MEMORY),
+        Property(
+            "no row of scores over every key (the softmax stays online)",
+            _one_tile_at_a_time,
+            concern=MEMORY,
+        ),
+    ],
+    error_hints=[
+        ErrorHint(
+            "must match the size of tensor",
+            "two blocks of different lengths meet: the last block of queries or keys is shorter when T is no "
+            "multiple of block_size. Slice with q[:, :, start:start + block_size] (a slice past the end is "
+            "shorter, not an error) and size masks and running statistics from the slices you got.",
+        ),
+    ],
+    hints=[
+        "For one block of queries, the keys come in blocks: it is the online softmax of Question 2, with an "
+        "accumulator of weighted values beside the running sum. When the running max grows, which of your "
+        "running quantities were computed against the old max?",
+        "Test it against F.scaled_dot_product_attention(q, k, v, is_causal=causal) for T = 10 with "
+        "block_size 4, 1 and 16, causal or not, and with q multiplied by 100 (no NaN).",
+        "Per tile: s = q_blk @ k_blk^T / sqrt(Dh) (b x b); m_new = max(m, rowmax(s)); p = exp(s - m_new); "
+        "c = exp(m - m_new); l = c * l + rowsum(p); acc = c * acc + p @ v_blk; m = m_new. After the last key "
+        "block, the block's output is acc / l. Causal: skip the key blocks that start after the block's last "
+        "query, and on the diagonal tile set s to -inf where the key's position exceeds the query's.",
+        "for start in range(0, T, block_size): q_blk = q[:, :, start:start + block_size]; m = full(-inf), "
+        "l = zeros, acc = zeros; for key_start in range(0, stop, block_size): ...; outputs.append(acc / l); "
+        "then torch.cat(outputs, dim=2). Positions for the mask: torch.arange(start, start + rows)[:, None] "
+        "and torch.arange(key_start, key_start + cols)[None, :].",
+    ],
+)
+
+CHECKS = [SCORE_MATRIX_BYTES, ONLINE_SOFTMAX, TILED_ATTENTION]
