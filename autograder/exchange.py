@@ -169,7 +169,9 @@ def _open_folder(parent: int, name: str) -> int | None:
 
 
 def write_cases(exchange: Path, name: str, hidden: bool, cases: list[Case]) -> None:
-    payload = [{"name": c.name, "inputs": c.inputs} for c in cases]
+    # The concern goes too: a run stage may send other outputs for another part of the question
+    # (it is no secret, every verdict names it). judge_only stays here.
+    payload = [{"name": c.name, "inputs": c.inputs, "concern": c.concern} for c in cases]
     torch.save(payload, exchange / "cases" / f"{key(name, hidden)}.pt")
 
 
@@ -256,7 +258,7 @@ def read_cases(exchange: Path, name: str, hidden: bool) -> list[Case]:
     path = exchange / "cases" / f"{key(name, hidden)}.pt"
     if not path.is_file():
         raise LookupError(f"the grader prepared no cases for {key(name, hidden)!r} in this cell")
-    return [Case(c["name"], c["inputs"]) for c in torch.load(path, weights_only=True)]
+    return [Case(c["name"], c["inputs"], concern=c["concern"]) for c in torch.load(path, weights_only=True)]
 
 
 def write_results(exchange: Path, name: str, hidden: bool, results: list[RunResult]) -> None:

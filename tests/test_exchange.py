@@ -12,6 +12,7 @@ import torch
 from autograder import api, exchange
 from autograder.api import check, make_cases
 from autograder.cells import check_calls
+from autograder.checks import CHECKS
 
 from .submissions import solution_sources
 
@@ -158,6 +159,19 @@ def test_in_a_grading_kernel_check_runs_stage_two_only(folder, monkeypatch, caps
     results = exchange.read_results(folder, "07.rmsnorm", True, len(cases))
     monkeypatch.undo()
     assert api.judge_results("07.rmsnorm", cases, results, hidden=True).passed
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_kernel_gets_each_case_as_the_grader_made_it_but_for_what_only_the_judge_sees(folder, name):
+    """A run stage may answer a part of a question (its concern) with outputs of its own: the
+    kernel must see the concern. The judge-only inputs stay behind."""
+    cases = make_cases(name, hidden=True, seed=3)
+    exchange.write_cases(folder, name, True, cases)
+    back = exchange.read_cases(folder, name, True)
+    assert [(c.name, c.concern, sorted(c.inputs)) for c in back] == [
+        (c.name, c.concern, sorted(c.inputs)) for c in cases
+    ]
+    assert all(not c.judge_only for c in back)
 
 
 def test_prepare_removes_what_an_earlier_cell_left(folder):
