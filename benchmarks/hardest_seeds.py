@@ -77,17 +77,13 @@ def training_margin(case: Case, result: Outputs) -> float:
 
 def sampled_margin(case: Case, result: Outputs) -> float:
     """09.generate, whose sampled draws are measured (never compared with the reference's): the
-    largest gap between a first new token's frequency and its probability, over the bound of the
-    property that judges them (kv_cache._distribution: 5 standard errors). Its greedy cases match
-    the reference's tokens exactly, or fail: 0."""
+    largest count of a new token, away from its expected count, over the bound of the property that
+    judges them (kv_cache.step_margins). Its greedy cases match the reference's tokens exactly, or
+    fail: 0."""
     if case.concern != kv_cache.SAMPLED:
         return 0.0
-    i = case.inputs
-    b, p = i["prompt"].shape
-    logits = kv_cache._kept(kv_cache._first_token_logits(case), i["top_k"]).double()
-    want = torch.softmax(logits / i["temperature"], dim=-1)
-    freq = torch.bincount(result["sampled"][:, p], minlength=len(want)).double() / b
-    return float(((freq - want).abs() / (5 * (want * (1 - want) / b).sqrt() + 5 / b)).max())
+    margins = kv_cache.step_margins(case, result["sampled"])
+    return math.inf if margins is None else float(margins.max())
 
 
 CRITERION_MARGINS = {

@@ -215,3 +215,15 @@ def test_mistakes_file_redefines_none_of_the_notebooks_names():
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared
+
+
+def test_a_recorder_that_records_nothing_earns_nothing():
+    """It leaves no hook behind, having made none: the call that returns must also record the model."""
+
+    def record_activations(model, tokens):
+        model(tokens)
+        return {}
+
+    for seed in (None, 7):
+        result = verdict("10.record_activations", record_activations, seed)
+        assert result.points == 0, result.message

@@ -412,16 +412,16 @@ def sampled_cases(seed: int):
 
 
 def test_the_reference_draws_pass_the_distribution_property_on_many_seeds():
-    """The property bounds each token's frequency within 5 standard errors of its probability: a
-    correct generation passes it on the hidden cases of 200 seeds. Not a bound on the rate: worked
-    out exactly (binomial tails), a correct generation fails about 2e-4 of the hidden gradings, from
-    tokens of tiny probability (see the test below); about 2e-6 once 5 more draws are allowed."""
+    """The property bounds each new token's count within 5 standard errors (and 5 draws) of its
+    expected count given the token before it: a correct generation passes it on the hidden cases of
+    200 seeds. Not a bound on the rate: worked out exactly (binomial tails) for the first token, a
+    correct generation fails about 2e-6 of the hidden gradings (2e-4 without the 5 draws)."""
     generate = reference.reference_object("09.generate", CHECKS["09.generate"].target)[0]
     failures = []
     for seed in range(200):
         for case in sampled_cases(seed):
-            tokens, _ = kc._generated(generate, case)
-            if failure := kc._distribution(case, {"sampled": tokens}):
+            tokens, _, _ = kc._generated(generate, case)
+            if failure := kc._every_step(case, {key: tokens for key in kc.SAMPLED_KEYS}):
                 failures.append((seed, case.name, failure))
     assert not failures, failures
 
@@ -455,4 +455,61 @@ def test_one_draw_of_a_rare_token_is_no_evidence_of_a_wrong_distribution():
     counts[0] += b - counts.sum()
     first = torch.repeat_interleave(torch.arange(v), counts)
     sampled = torch.cat([i["prompt"], first[:, None].expand(b, i["max_new_tokens"])], dim=1)
-    assert kc._distribution(case, {"sampled": sampled}) is None
+    assert kc._every_step(case, {key: sampled for key in kc.SAMPLED_KEYS}) is None
+
+
+# ------------------------------------------------------- sampling that only looks right (red team)
+
+
+def _sampling_loop(draw):
+    """The reference's loop, each token drawn by `draw(step, probabilities, generator, logits)`."""
+    sampling_distribution = reference.namespace(ASSIGNMENT)["sampling_distribution"]
+
+    @torch.no_grad()
+    def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        tokens, logits = prompt, model(prompt, 0)[:, -1]
+        for step in range(max_new_tokens):
+            next_token = draw(step, sampling_distribution(logits, temperature, top_k), generator, logits)
+            tokens = torch.cat([tokens, next_token], 1)
+            if step + 1 < max_new_tokens:
+                logits = model(next_token, tokens.shape[1] - 1)[:, -1]
+        return tokens
+
+    return (generate, sampling_distribution)
+
+
+def _global_rng_seeded_from_the_generator(step, probabilities, generator, logits):
+    if step == 0:
+        torch.manual_seed(generator.initial_seed())  # reproducible, but not with the generator
+    return torch.multinomial(probabilities, 1)
+
+
+def _first_sampled_then_argmax(step, probabilities, generator, logits):
+    if step == 0:
+        return torch.multinomial(probabilities, 1, generator=generator)
+    return logits.argmax(-1, keepdim=True)
+
+
+def _no_sampling(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    if temperature != 0 and top_k != 1:
+        return torch.rand(1, generator=generator)  # sampling not written: another shape
+    return reference.namespace(ASSIGNMENT)["generate"](model, prompt, max_new_tokens, 0.0, None, generator)
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (_sampling_loop(_global_rng_seeded_from_the_generator), "the generator given is drawn from"),
+        (_sampling_loop(_first_sampled_then_argmax), "every new token follows softmax"),
+        ((_no_sampling, None), "generate returns (B, P + N) tokens"),
+    ],
+    ids=["global RNG seeded from the generator", "first token sampled, then argmax", "no sampling"],
+)
+def test_sampling_that_only_looks_right_loses_the_sampled_part(answer, named):
+    if answer[1] is None:
+        answer = (answer[0], reference.namespace(ASSIGNMENT)["sampling_distribution"])
+    for seed in SEEDS:
+        with torch.random.fork_rng():
+            result = verdict("09.generate", answer, seed)
+        assert parts(result) == {kc.GREEDY_RUN: True, kc.SAMPLED: False}, result.message
+        assert named in result.message, result.message

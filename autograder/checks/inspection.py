@@ -251,6 +251,9 @@ def run_record(record_activations, case: Case) -> Outputs:
         returns = _hooks_after(record_activations, model, i["tokens"])
         raises = _hooks_after(record_activations, _build_recorded(i["failing"]), i["failing"]["tokens"])
     return {
+        # what the call that returns recorded of the model itself: a function that records nothing
+        # (and so leaves no hook) earns nothing here either
+        **_record_outputs(returns["records"], [""]),
         "hooks left, forward returns": returns["hooks left"],
         "hooks left, forward raises": raises["hooks left"],
         "caller's hook kept": returns["caller's hook kept"] & raises["caller's hook kept"],
@@ -258,13 +261,15 @@ def run_record(record_activations, case: Case) -> Outputs:
     }
 
 
-def _hooks_after(record_activations, model: nn.Module, tokens: Tensor) -> dict[str, Tensor]:
-    """Call the function with a hook of the caller's own on the first module, then count the hooks."""
+def _hooks_after(record_activations, model: nn.Module, tokens: Tensor) -> dict:
+    """Call the function with a hook of the caller's own on the first module, then count the hooks;
+    and the records, when the forward returns."""
     first = next(iter(model.children()))
     own = first.register_forward_hook(_noop_hook)
     before = global_hooks()
+    records = None
     try:
-        record_activations(model, tokens)
+        records = record_activations(model, tokens)
     except RuntimeError as error:
         if FAILURE not in str(error):
             raise
@@ -277,6 +282,7 @@ def _hooks_after(record_activations, model: nn.Module, tokens: Tensor) -> dict[s
         "hooks left": torch.tensor(hooks_on(model) + global_hooks() - before),
         "caller's hook kept": torch.tensor(int(kept)),
         "error passed on": torch.tensor(raised),
+        "records": records,
     }
 
 

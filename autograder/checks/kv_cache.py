@@ -667,24 +667,32 @@ def generate_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
-def _generated(generate, case: Case) -> tuple[Tensor, list[tuple[int, int]]]:
+def _generated(generate, case: Case) -> tuple[Tensor, list[tuple[int, int]], bool]:
+    """The tokens, the model's calls, and whether generate drew from the generator it was given."""
     i = case.inputs
     model = StandInModel(i["table"], i["position_bias"])
     generator = torch.Generator().manual_seed(i["seed"])
+    before = generator.get_state()
     tokens = generate(
         model, i["prompt"].clone(), i["max_new_tokens"], i["temperature"], i["top_k"], generator
     )
-    return _plain(tokens, "what generate returned"), model.calls
+    drew = not torch.equal(before, generator.get_state())
+    return _plain(tokens, "what generate returned"), model.calls, drew
 
 
 def run_generate(targets, case: Case) -> Outputs:
     generate, _ = targets
-    tokens, calls = _generated(generate, case)
+    tokens, calls, drew = _generated(generate, case)
     if case.concern == SAMPLED:
-        again, _ = _generated(generate, case)
+        again, _, _ = _generated(generate, case)
         other_seed = Case(case.name, {**case.inputs, "seed": case.inputs["seed"] + 1}, concern=case.concern)
-        other, _ = _generated(generate, other_seed)
-        return {"sampled": tokens, "sampled_again": again, "sampled_other_seed": other}
+        other, _, _ = _generated(generate, other_seed)
+        return {
+            "sampled": tokens,
+            "sampled_again": again,
+            "sampled_other_seed": other,
+            "generator_used": torch.tensor(int(drew)),
+        }
     # A call after the last token (its logits unused) is allowed: only the first N calls count.
     # The calls first: a wrong position is named there before it shows in the tokens.
     return {"calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2), "tokens": tokens}
@@ -703,30 +711,71 @@ def _kept(logits: Tensor, top_k: int | None) -> Tensor:
     return logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
 
 
-def _distribution(case: Case, out: Outputs) -> str | None:
-    """The first new token of each row, drawn from softmax(top-k(logits) / temperature): each
-    token's frequency within 5 standard errors (of about 2000 draws) of its probability."""
-    i, got = case.inputs, out.get("sampled")
+SAMPLED_KEYS = ("sampled", "sampled_again", "sampled_other_seed")
+
+
+def _sampled_form(case: Case, out: Outputs) -> str | None:
+    i = case.inputs
     b, p = i["prompt"].shape
-    if got is None or got.shape != (b, p + i["max_new_tokens"]) or got.dtype != torch.long:
+    want = (b, p + i["max_new_tokens"])
+    for key in SAMPLED_KEYS:
+        got = out.get(key)
+        if got is None:
+            return f"{GENERATE.describe(key)} did not come back"
+        if tuple(got.shape) != want or got.dtype != torch.long:
+            return (
+                f"{GENERATE.describe(key)} has shape {tuple(got.shape)} and dtype {got.dtype}: expected "
+                f"(B, P + N) = {want}, torch.long"
+            )
+        if not torch.equal(got[:, :p], i["prompt"]):
+            return f"{GENERATE.describe(key)} should start with the prompt"
+    return None
+
+
+def step_margins(case: Case, tokens: Tensor) -> Tensor | None:
+    """(N, V): for each new token and each token id, how far its count over the B rows is from the
+    sum of its probabilities given the token before it (softmax(top-k(logits) / temperature) of the
+    stand-in model), over 5 standard errors plus 5 draws: above 1 fails. Below 1 / B a token's draws
+    are Poisson, not normal: the 5 draws keep one draw of a rare token from failing a correct run.
+    None for tokens that are not (B, P + N) token ids (the form property says why)."""
+    i = case.inputs
+    b, p = i["prompt"].shape
+    n, v = i["max_new_tokens"], len(i["table"])
+    if tokens.shape != (b, p + n) or tokens.dtype != torch.long or bool(((tokens < 0) | (tokens >= v)).any()):
         return None
-    want = torch.softmax(_kept(_first_token_logits(case), i["top_k"]).double() / i["temperature"], dim=-1)
-    new = got[:, p]
-    if bool(((new < 0) | (new >= len(want))).any()):
-        return f"a new token is not a token id: it must lie in 0 .. {len(want) - 1}"
-    freq = torch.bincount(new, minlength=len(want)).double() / b
-    # 5 standard errors, and 5 draws: below 1 / b a token's draws are Poisson, not normal, and one
-    # draw of a token of probability 1e-5 (in 2% of correct runs) is more than 5 standard errors.
-    bound = 5 * (want * (1 - want) / b).sqrt() + 5 / b
-    off = (freq - want).abs() / bound
-    if bool((off <= 1).all()):
+    before = tokens[:, p - 1 : -1]  # (B, N): the token before each new one
+    logits = i["table"][before] + i["position_bias"][torch.arange(p - 1, p + n - 1)]  # (B, N, V)
+    if i["top_k"] is not None:
+        logits = logits.masked_fill(logits < logits.topk(i["top_k"], dim=-1).values[..., -1:], float("-inf"))
+    probabilities = torch.softmax(logits.double() / i["temperature"], dim=-1)  # (B, N, V)
+    drawn = nn.functional.one_hot(tokens[:, p:], v).double()  # (B, N, V)
+    off = (drawn - probabilities).sum(0).abs()  # (N, V)
+    return off / (5 * (probabilities * (1 - probabilities)).sum(0).sqrt() + 5)
+
+
+def _every_step(case: Case, out: Outputs) -> str | None:
+    got, i = out.get("sampled"), case.inputs
+    if got is None or _sampled_form(case, out):
+        return None  # the form property says why
+    margins = step_margins(case, got)
+    if margins is None:
+        return f"a new token is not a token id: it must lie in 0 .. {len(i['table']) - 1}"
+    if bool((margins <= 1).all()):
         return None
-    v = int(off.argmax())
+    step, token = divmod(int(margins.argmax()), margins.shape[1])
+    count = int((got[:, i["prompt"].shape[1] + step] == token).sum())
     top_k = f" (the top {i['top_k']} kept)" if i["top_k"] else ""
     return (
-        f"the first new token was {v} in {freq[v].item():.1%} of {b} rows, but softmax(logits / "
-        f"temperature){top_k} gives it {want[v].item():.1%}"
+        f"new token {step + 1} was {token} in {count} of {got.shape[0]} rows, far from what "
+        f"softmax(logits / temperature){top_k} of the token before it gives"
     )
+
+
+def _generator_used(case: Case, out: Outputs) -> str | None:
+    used = out.get("generator_used")
+    if used is None or int(used) == 1:
+        return None
+    return "generate never drew from the generator it was given: draw with generator=generator"
 
 
 def _reproducible(case: Case, out: Outputs) -> str | None:
@@ -751,9 +800,11 @@ def _seed_used(case: Case, out: Outputs) -> str | None:
 
 
 SAMPLED_PROPERTIES = [
-    Property("the new tokens follow softmax(logits / temperature)", _distribution, concern=SAMPLED),
+    Property("generate returns (B, P + N) tokens, the prompt first", _sampled_form, concern=SAMPLED),
+    Property("every new token follows softmax(logits / temperature)", _every_step, concern=SAMPLED),
     Property("the same seed gives the same tokens", _reproducible, concern=SAMPLED),
     Property("another seed gives other tokens", _seed_used, concern=SAMPLED),
+    Property("the generator given is drawn from", _generator_used, concern=SAMPLED),
 ]
 
 
@@ -796,9 +847,10 @@ GENERATE = Check(
         "sampled": "the sampled tokens",
         "sampled_again": "the tokens of a second run, seeded alike",
         "sampled_other_seed": "the tokens of a run seeded differently",
+        "generator_used": "whether generate drew from its generator",
         "sampling_probe": "your sampling_distribution's probabilities",
     },
-    measured=("sampled", "sampled_again", "sampled_other_seed", "sampling_probe"),
+    measured=(*SAMPLED_KEYS, "generator_used", "sampling_probe"),
     diagnostic=("sampling_distribution",),
     properties=[
         *SAMPLED_PROPERTIES,
