@@ -334,7 +334,27 @@ def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
     return [_run_case(check, obj, case) for case in cases]
 
 
+# The trusted model notebook 10 inspects: a class of the student's that derives from one of its parts
+# answers nothing of its own (a teaching aid, as the forbidden calls are: composition gets round it).
+LENT_MODULES = ("autograder.language_model",)
+
+
+def _built_on_lent_model(obj: Any) -> str | None:
+    for part in obj if isinstance(obj, tuple) else (obj,):
+        if not isinstance(part, type):
+            continue
+        lent = next((c for c in part.__mro__[1:] if c.__module__ in LENT_MODULES), None)
+        if lent is not None:
+            return (
+                f"your answer: {part.__name__} derives from {lent.__module__}.{lent.__qualname__}, the "
+                "course's trained model that notebook 10 lends for inspection; write your own"
+            )
+    return None
+
+
 def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
+    if refused := _built_on_lent_model(obj):
+        return refused
     watch = CallWatch(function for function, _ in check.forbidden)
     try:
         with watch if check.forbidden else contextlib.nullcontext():  # a mode slows every torch call

@@ -430,17 +430,17 @@ class CourseAttention(nn.Module):
         queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
         cos = self.rotation_matrix.real[:T].to(x.device)  # (T, Dh // 2)
         sin = self.rotation_matrix.imag[:T].to(x.device)
-        queries, keys = (_rotate_pairs(t, cos, sin) for t in (queries, keys))
+        # each pair (x_2j, x_2j+1) turned by its angle, inline: no RoPE function for an answer to wrap
+        queries, keys = (
+            torch.stack(
+                (t[..., 0::2] * cos - t[..., 1::2] * sin, t[..., 0::2] * sin + t[..., 1::2] * cos), -1
+            ).flatten(-2)
+            for t in (queries, keys)
+        )
         context = F.scaled_dot_product_attention(
             queries, keys, values, attn_mask=causal_window(T, W, x.device)
         )  # (B, H, T, Dh)
         return self.out(context.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-
-
-def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Each pair (x_2j, x_2j+1) of (B, H, T, Dh) turned by the angle whose cos and sin (T, Dh // 2) give."""
-    even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh // 2)
-    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
 class CourseExpert(nn.Module):

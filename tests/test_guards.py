@@ -267,3 +267,23 @@ def test_spirals_that_only_look_trained_fail(cheat, message, seed):
     result = verdict("00.spirals", cheat(*reference_of("00.spirals")), seed)
     assert not result.passed
     assert message in result.message, result.message
+
+
+def _moe_built_on_the_course_model():
+    from autograder import language_model as lm
+
+    class MoeLayer(lm.CourseMoe):  # notebook 10's trained model, lent for inspection, adapted
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            config = {"hidden_size": hidden_size, "d_ff": d_ff, "num_experts": num_experts}
+            super().__init__({**config, "n_experts_per_token": n_experts_per_token})
+
+    return MoeLayer
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED])
+def test_a_class_built_on_the_lent_course_model_is_refused(seed):
+    """Notebook 10 lends the course's trained model (language_model.CourseModel and its parts); a
+    class of a notebook-06 or 08 answer that derives from one is named and earns nothing."""
+    result = verdict("06.moe_routing", _moe_built_on_the_course_model(), seed)
+    assert result.points == 0, result.message
+    assert "derives from autograder.language_model.CourseMoe" in result.message, result.message
