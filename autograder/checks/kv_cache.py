@@ -18,9 +18,10 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property
-from .rope import random_rotation_table
+from .rope import random_rotation_table, reference_rotation
 
 Tensor = torch.Tensor
+ASSIGNMENT = "09_kv_cache"
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -33,15 +34,6 @@ def _plain(value, what: str) -> Tensor:
     if type(value) is not torch.Tensor:
         raise NotAsAsked(f"{what} is a {type(value).__name__}, not a torch.Tensor")
     return value.detach().clone()
-
-
-def _rotated(x: Tensor, table: Tensor, start_pos: int) -> Tensor:
-    """Each (x[2k], x[2k+1]) pair of the token at index t turned by the angle of table[start_pos + t],
-    in real 2x2 form: what the judge compares a student's RoPE with. (B, H, T, Dh) -> same."""
-    angles = table[start_pos : start_pos + x.shape[-2]].angle()  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()
-    a, b = x[..., 0::2].float(), x[..., 1::2].float()
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
 # ------------------------------------------------------------------------- RoPE at positions
@@ -63,11 +55,20 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     for b, h, t, dh, c, start in shapes:
         q, k = torch.randn(2, b, h, t, dh, generator=g)
         inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, c, dh // 2), "start_pos": start}
-        cases.append(Case(f"B={b} H={h} T={t} Dh={dh} context={c} start_pos={start}", inputs))
+        cases.append(_rope_case(f"B={b} H={h} T={t} Dh={dh} context={c} start_pos={start}", inputs))
     q, k = torch.randn(2, 2, 2, 5, 6, generator=g)
     inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, 9, 3), "start_pos": None}
-    cases.append(Case("B=2 H=2 T=5 Dh=6 context=9, called as rope(q, k)", inputs, concern=ROPE_OMITTED))
+    cases.append(_rope_case("B=2 H=2 T=5 Dh=6 context=9, called as rope(q, k)", inputs, ROPE_OMITTED))
     return cases
+
+
+def _rope_case(name: str, inputs: dict, concern: str = "") -> Case:
+    """The judge keeps the reference's rotations, to say which token is turned by the wrong row."""
+    rotated = {
+        key: reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs[key], _start(inputs))
+        for key in ("q", "k")
+    }
+    return Case(name, inputs, judge_only=rotated, concern=concern)
 
 
 def run_rope(rope_class, case: Case) -> Outputs:
@@ -80,8 +81,8 @@ def run_rope(rope_class, case: Case) -> Outputs:
     return {"queries": q, "keys": k}
 
 
-def _start(case: Case) -> int:
-    return case.inputs["start_pos"] or 0
+def _start(inputs: dict) -> int:
+    return inputs["start_pos"] or 0
 
 
 def _at_absolute_positions(case: Case, out: Outputs) -> str | None:
@@ -89,13 +90,13 @@ def _at_absolute_positions(case: Case, out: Outputs) -> str | None:
         x, got = case.inputs[key], out[name]
         if got.shape != x.shape:
             return None
-        want = _rotated(x, case.inputs["rotation_matrix"], _start(case))
+        want = case.judge_only[key]
         gap = (got.float() - want).abs().amax(dim=(0, 1, 3))  # (T,): per token
         if gap.max().item() > 1e-4:
             t = int(gap.argmax())
             return (
-                f"the {name} token at index {t} (position {_start(case) + t}) is not turned by row "
-                f"{_start(case) + t} of the table: off by {gap.max().item():.3g}"
+                f"the {name} token at index {t} (position {_start(case.inputs) + t}) is not turned by row "
+                f"{_start(case.inputs) + t} of the table: off by {gap.max().item():.3g}"
             )
     return None
 
@@ -221,7 +222,7 @@ def _layer_inputs(g, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> dict:
         "x": torch.randn(b, length, d, generator=g),
         "chunks": list(chunks),
         # the RoPE and repeat_kv of the notebook, run on their own to name a bug of theirs
-        "probe_q": torch.randn(1, 1, min(3, c), dh, generator=g),
+        "probe_q": torch.randn(1, 1, min(3, c - 1), dh, generator=g),  # rotated at start_pos 1
         "probe_kv": torch.randn(1, h_kv, 2, dh, generator=g),
     }
     if stale:  # a longer sequence first: the cache then holds its keys past the new one's end
@@ -264,7 +265,12 @@ def kv_cache_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     cases = []
     for shape in shapes:
         concern, *rest = shape
-        cases.append(Case(_layer_name(concern, *rest), _layer_inputs(g, *rest), concern=concern))
+        inputs = _layer_inputs(g, *rest)
+        # the judge keeps the reference's RoPE of the probe, to name a bug of Question 1's RoPE
+        probe = reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs["probe_q"], 1)
+        cases.append(
+            Case(_layer_name(concern, *rest), inputs, judge_only={"rope_probe": probe}, concern=concern)
+        )
     return cases
 
 
@@ -361,7 +367,7 @@ def _rope_from_question_1(case: Case, out: Outputs) -> str | None:
     q = case.inputs["probe_q"]
     if got is None or got.shape != q.shape:
         return None
-    gap = (got.float() - _rotated(q, case.inputs["rotation_matrix"], 1)).abs().max().item()
+    gap = (got.float() - case.judge_only["rope_probe"]).abs().max().item()
     if gap < 1e-4:
         return None
     return f"your RoPE (Question 1) rotates queries at start_pos=1 wrongly, by up to {gap:.3g}: fix it first"

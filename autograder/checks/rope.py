@@ -5,6 +5,7 @@ Key: B batch, H heads, T sequence length, Dh head dim, C context size (rows of t
 
 import torch
 
+from .. import reference
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
 
 # ------------------------------------------------------------------ get_rotation_matrix
@@ -98,14 +99,14 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         table = random_rotation_table(g, c, dh // 2)
         q, k = torch.randn(2, b, h, t, dh, generator=g)
         cases.append(
-            Case(f"B={b} H={h} T={t} Dh={dh} context={c}", {"q": q, "k": k, "rotation_matrix": table})
+            _rope_case(f"B={b} H={h} T={t} Dh={dh} context={c}", {"q": q, "k": k, "rotation_matrix": table})
         )
     # Same query and key at every position: the scores then depend on positions alone.
     table = random_rotation_table(g, 9, 4)
     q = torch.randn(1, 1, 1, 8, generator=g).expand(1, 1, 9, 8).contiguous()
     k = torch.randn(1, 1, 1, 8, generator=g).expand(1, 1, 9, 8).contiguous()
     cases.append(
-        Case("one q and one k repeated over T=9 positions", {"q": q, "k": k, "rotation_matrix": table})
+        _rope_case("one q and one k repeated over T=9 positions", {"q": q, "k": k, "rotation_matrix": table})
     )
     # A model is cast with .to(dtype), which casts every buffer and parameter: a complex table kept
     # as a buffer becomes real (its cosines). Angles up to ~17 rad: bfloat16 would round them too.
@@ -113,14 +114,19 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     cast_back = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, 16, 4)}
     cast_back["module_casts"] = ["bfloat16", "float32"]
     name = "float32 q and k in a module cast to bfloat16 and back to float32, B=1 H=2 T=12 Dh=8 context=16"
-    cases.append(Case(name, cast_back, concern=CAST))
+    cases.append(_rope_case(name, cast_back, concern=CAST))
     q, k = torch.randn(2, 2, 2, 4, 6, generator=g)
     bf16 = {"q": q.bfloat16(), "k": k.bfloat16(), "rotation_matrix": random_rotation_table(g, 8, 3)}
     bf16["module_casts"] = ["bfloat16"]
     cases.append(
-        Case("bfloat16 q and k in a module cast to bfloat16, B=2 H=2 T=4 Dh=6", bf16, concern=BFLOAT16)
+        _rope_case("bfloat16 q and k in a module cast to bfloat16, B=2 H=2 T=4 Dh=6", bf16, concern=BFLOAT16)
     )
     return cases
+
+
+def _rope_case(name: str, inputs: dict, concern: str = "") -> Case:
+    rotated = reference_rotation("04_rope", inputs["rotation_matrix"], inputs["q"].float())
+    return Case(name, inputs, judge_only={"rotated_q": rotated}, concern=concern)
 
 
 def run_rope(rope_class, case: Case) -> Outputs:
@@ -156,20 +162,22 @@ def _position0_identity(case: Case, out: Outputs) -> str | None:
     )
 
 
-def rotated_pairs(x: torch.Tensor, rotation_matrix: torch.Tensor) -> torch.Tensor:
-    """Seed 003's real form of RoPE: each pair (a, b) = (x[2k], x[2k+1]) at position t turned to
-    (a cos - b sin, a sin + b cos) by the angle of rotation_matrix[t, k]. (B, H, T, Dh) -> same."""
-    angles = rotation_matrix[: x.shape[-2]].angle()  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()
-    a, b = x[..., 0::2], x[..., 1::2]  # (B, H, T, Dh/2) each
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (B, H, T, Dh)
+def reference_rotation(
+    assignment: str, rotation_matrix: torch.Tensor, x: torch.Tensor, start_pos: int | None = None
+) -> torch.Tensor:
+    """x rotated by the reference's RoPE of `assignment`, in float32: what a property compares a
+    student's rotation with, made with the cases and kept judge-only. The reference is on the
+    judge's side only (a student's copy has none), so that no RoPE of the package's can be wrapped
+    into an answer."""
+    rope = reference.namespace(assignment)["RoPE"](rotation_matrix)
+    return (rope(x, x) if start_pos is None else rope(x, x, start_pos))[0].float()
 
 
 def _rotation_2x2(case: Case, out: Outputs) -> str | None:
     x, got = case.inputs["q"], out["queries"]
     if got.shape != x.shape or x.dtype == torch.bfloat16:
         return None
-    gap = (got - rotated_pairs(x, case.inputs["rotation_matrix"])).abs().max().item()
+    gap = (got - case.judge_only["rotated_q"]).abs().max().item()
     return (
         None if gap < 1e-4 else f"the 2x2 rotation of each (x[2k], x[2k+1]) pair differs by up to {gap:.3g}"
     )

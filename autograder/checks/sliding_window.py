@@ -14,7 +14,7 @@ import contextlib
 import torch
 
 from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
-from .rope import random_rotation_table, rotated_pairs
+from .rope import random_rotation_table, reference_rotation
 
 # ------------------------------------------------------------------ shared by the checks
 
@@ -541,16 +541,22 @@ def _rope_inputs(g: torch.Generator, b: int, t: int, d: int, h: int, w: int, c: 
 def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = ROPE_SHAPES + ([_random_rope_shape(g) for _ in range(3)] if hidden else [])
     cases = [
-        Case(
+        _rope_case(
             f"B={b} T={t} D={d} H={h} W={w} context={c}",
             _rope_inputs(g, b, t, d, h, w, c),
-            concern=ROPE_CORE if w % 2 else ROPE_EVEN,
+            ROPE_CORE if w % 2 else ROPE_EVEN,
         )
         for b, t, d, h, w, c in shapes
     ]
     inputs = {**_rope_inputs(g, 1, 12, 8, 2, 5, 16), "module_casts": ["bfloat16", "float32"]}
     name = "B=1 T=12 D=8 H=2 W=5 context=16, layer cast to bfloat16 and back"
-    return [*cases, Case(name, inputs, concern=TABLE_KEPT)]
+    return [*cases, _rope_case(name, inputs, TABLE_KEPT)]
+
+
+def _rope_case(name: str, inputs: dict, concern: str) -> Case:
+    """The judge keeps the query the reference's RoPE rotates, to name a bug of the student's RoPE."""
+    rotated = reference_rotation("03_sliding_window", inputs["rotation_matrix"], inputs["rope_q"])
+    return Case(name, inputs, judge_only={"rope_rotated": rotated}, concern=concern)
 
 
 def run_rope_inside(targets, case: Case) -> Outputs:
@@ -604,7 +610,7 @@ def _rope_from_04(case: Case, out: Outputs) -> str | None:
     got = out.get("rope_queries")
     if got is None or got.shape != case.inputs["rope_q"].shape:
         return None
-    gap = (got - rotated_pairs(case.inputs["rope_q"], case.inputs["rotation_matrix"])).abs().max().item()
+    gap = (got - case.judge_only["rope_rotated"]).abs().max().item()
     if gap < 1e-4:
         return None
     return (
