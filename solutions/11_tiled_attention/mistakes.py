@@ -35,6 +35,14 @@ def bytes_in_bits(batch, heads, seq_len, bytes_per_element=4):
     return 8 * batch * heads * seq_len * seq_len * bytes_per_element
 
 
+def bytes_in_gib(batch, heads, seq_len, bytes_per_element=4):
+    return batch * heads * seq_len * seq_len * bytes_per_element / 2**30
+
+
+def bytes_of_scores_and_probabilities(batch, heads, seq_len, bytes_per_element=4):
+    return 2 * batch * heads * seq_len * seq_len * bytes_per_element
+
+
 def bytes_of_causal_half(batch, heads, seq_len, bytes_per_element=4):
     return batch * heads * seq_len * (seq_len + 1) // 2 * bytes_per_element
 
@@ -71,6 +79,26 @@ def softmax_correction_inverted(scores, block_size):
             -1, keepdim=True
         )
         m = m_new
+    return _softmax_blocks(scores, block_size, m, total)
+
+
+def softmax_correction_inverted_at_the_start(scores, block_size):
+    """exp(m_new - m) with m = -inf at the first block: inf times a sum of 0 is NaN."""
+    m, total = _start(scores)
+    for start in range(0, scores.shape[-1], block_size):
+        block = scores[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        total = total * torch.exp(m_new - m) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    return _softmax_blocks(scores, block_size, m, total)
+
+
+def softmax_max_never_updated(scores, block_size):
+    m, total = _start(scores)
+    for start in range(0, scores.shape[-1], block_size):
+        block = scores[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
     return _softmax_blocks(scores, block_size, m, total)
 
 
@@ -132,6 +160,7 @@ def _tiled(
     per_block_softmax=False,
     mask="right",
     whole_blocks_only=False,
+    skip_diagonal=False,
 ):
     """Tiled attention with one step changed (the keywords), for the mistakes below."""
     B, H, T, Dh = q.shape
@@ -145,7 +174,7 @@ def _tiled(
         total = q.new_zeros((B, H, rows, 1))
         acc = q.new_zeros((B, H, rows, Dh))
         blocks = 0
-        stop = start + rows if causal else last
+        stop = (start if skip_diagonal else start + rows) if causal else last
         for key_start in range(0, stop, block_size):
             k_blk = k[:, :, key_start : key_start + block_size]
             v_blk = v[:, :, key_start : key_start + block_size]
@@ -154,8 +183,10 @@ def _tiled(
             if causal:
                 rows_at = torch.arange(rows)[:, None] + (0 if mask == "local" else start)
                 cols_at = torch.arange(cols)[None, :] + (key_start if mask in ("right", "diagonal") else 0)
-                hidden = cols_at >= rows_at if mask == "diagonal" else cols_at > rows_at
-                s = s.masked_fill(hidden, float("-inf"))
+                hidden = {"diagonal": cols_at >= rows_at, "reversed": cols_at < rows_at}.get(
+                    mask, cols_at > rows_at
+                )
+                s = s.masked_fill(hidden, 0.0 if mask == "zero" else float("-inf"))
             if per_block_softmax:
                 acc = acc + torch.softmax(s, dim=-1) @ v_blk
                 blocks += 1
@@ -210,6 +241,22 @@ def attention_scaled_by_sqrt_d(q, k, v, block_size, causal=False):
     return _tiled(q, k, v, block_size, causal, scale=1.0 / math.sqrt(q.shape[1] * q.shape[-1]))
 
 
+def attention_not_scaled(q, k, v, block_size, causal=False):
+    return _tiled(q, k, v, block_size, causal, scale=1.0)
+
+
+def attention_masked_with_zero(q, k, v, block_size, causal=False):
+    return _tiled(q, k, v, block_size, causal, mask="zero")
+
+
+def attention_mask_reversed(q, k, v, block_size, causal=False):
+    return _tiled(q, k, v, block_size, causal, mask="reversed")
+
+
+def attention_diagonal_tile_skipped(q, k, v, block_size, causal=False):
+    return _tiled(q, k, v, block_size, causal, skip_diagonal=True)
+
+
 def attention_last_block_dropped(q, k, v, block_size, causal=False):
     return _tiled(q, k, v, block_size, causal, whole_blocks_only=True)
 
@@ -245,6 +292,16 @@ MISTAKES = {
         ),
         Mistake("bits, not bytes", "count bytes: do not multiply by 8.", bytes_in_bits),
         Mistake(
+            "GiB, not bytes (divided by 2**30)",
+            "return the number of bytes itself; the notebook's cells divide by 2**30 to print GiB.",
+            bytes_in_gib,
+        ),
+        Mistake(
+            "the scores S and the probabilities P counted both",
+            "the question asks for one (B, H, T, T) tensor, the scores: count it once.",
+            bytes_of_scores_and_probabilities,
+        ),
+        Mistake(
             "only the causal half of the matrix counted",
             "the dense computation stores the whole (T, T) matrix even when a causal mask hides half of it.",
             bytes_of_causal_half,
@@ -263,6 +320,18 @@ MISTAKES = {
             "start with m = -inf: a row whose logits are all far below 0 never raises a max that starts "
             "at 0, and exp(s - 0) underflows to 0, so l = 0 and the result is 0 / 0.",
             softmax_max_starts_at_zero,
+        ),
+        Mistake(
+            "the running sum is rescaled by exp(m_new - m), the wrong way round: at the first block m = -inf "
+            "and inf x 0 is NaN",
+            "multiply the sum by exp(m - m_new), which is at most 1, and 0 at the first block (exp(-inf)).",
+            softmax_correction_inverted_at_the_start,
+        ),
+        Mistake(
+            "the running max is never updated (m = m_new left out)",
+            "after each block, m = m_new: the next block's correction and the final exp(s - m) need the max "
+            "of every block so far.",
+            softmax_max_never_updated,
         ),
         Mistake(
             "the running max is not subtracted (exp of the raw logits)",
@@ -319,6 +388,27 @@ MISTAKES = {
             "the causal mask compares a query's position in the sequence with a key's position in its tile",
             "offset both by their block's start: query start + row against key key_start + column.",
             attention_global_query_local_key,
+        ),
+        Mistake(
+            "the scores are not scaled",
+            "multiply the scores (or q) by 1 / math.sqrt(Dh), Dh = q.shape[-1], as attention does.",
+            attention_not_scaled,
+        ),
+        Mistake(
+            "masked scores set to 0 instead of -inf",
+            "exp(0 - m) is not 0: a hidden key must get -inf, whose exp is 0.",
+            attention_masked_with_zero,
+        ),
+        Mistake(
+            "the causal mask hides the past, not the future (key < query)",
+            "hide the keys after the query: key position > query position.",
+            attention_mask_reversed,
+        ),
+        Mistake(
+            "the diagonal tile is skipped: a query block never reads its own key block",
+            "loop over the key blocks up to and including the query block's own (range(0, start + rows, "
+            "block_size)); only the tiles after it are in the future.",
+            attention_diagonal_tile_skipped,
         ),
         Mistake(
             "scores scaled by 1 / Dh instead of 1 / sqrt(Dh)",
