@@ -8,6 +8,7 @@ C max_seq_len, W window, V vocabulary size, P prompt length, N new tokens.
 """
 
 import dataclasses
+import json
 import math
 from functools import cache
 
@@ -20,7 +21,7 @@ from autograder.api import make_cases
 from autograder.cells import grade_id
 from autograder.checks import CHECKS
 from autograder.checks import kv_cache as kc
-from autograder.paths import source_notebook
+from autograder.paths import REPO, source_notebook
 
 from . import alternatives_09
 from .submissions import (
@@ -513,3 +514,19 @@ def test_sampling_that_only_looks_right_loses_the_sampled_part(answer, named):
             result = verdict("09.generate", answer, seed)
         assert parts(result) == {kc.GREEDY_RUN: True, kc.SAMPLED: False}, result.message
         assert named in result.message, result.message
+
+
+def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
+    """The figure's numbers are copied into the notebook (a grading kernel reads no other file): they
+    must be benchmarks/results/kv_cache_cpu.json's, rounded."""
+    measured = json.loads((REPO / "benchmarks" / "results" / "kv_cache_cpu.json").read_text())
+    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
+    (numbers,) = [c.source for c in notebook.cells if grade_id(c) == "benchmark_numbers"]
+    names: dict = {}
+    exec(numbers, names)
+    rows = measured["per_token"]
+    assert names["lengths"] == [row["t"] for row in rows]
+    assert names["ms_per_token"] == {
+        "with cache": [round(row["ms_cached"], 2) for row in rows],
+        "without cache": [round(row["ms_uncached"], 2) for row in rows],
+    }, "copy the benchmark's numbers into the notebook again"
