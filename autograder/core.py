@@ -340,13 +340,23 @@ LENT_MODULES = ("autograder.language_model",)
 
 
 def _built_on_lent_model(obj: Any) -> str | None:
+    """Why a class of the answer is built on the lent model: it derives from one of its parts, or
+    borrows one of their methods (`forward = CourseMoe.forward`)."""
     for part in obj if isinstance(obj, tuple) else (obj,):
         if not isinstance(part, type):
             continue
         lent = next((c for c in part.__mro__[1:] if c.__module__ in LENT_MODULES), None)
+        borrowed = [
+            value
+            for c in part.__mro__
+            for value in vars(c).values()
+            if callable(value) and getattr(value, "__module__", None) in LENT_MODULES
+        ]
+        if lent is None and borrowed:
+            lent = borrowed[0]
         if lent is not None:
             return (
-                f"your answer: {part.__name__} derives from {lent.__module__}.{lent.__qualname__}, the "
+                f"your answer: {part.__name__} is built on {lent.__module__}.{lent.__qualname__}, the "
                 "course's trained model that notebook 10 lends for inspection; write your own"
             )
     return None

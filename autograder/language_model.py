@@ -420,7 +420,8 @@ class CourseAttention(nn.Module):
         self.qkv_linear = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
         half = torch.arange(0, d // h, 2, dtype=torch.float32) / (d // h)  # 2j / Dh
-        angles = torch.outer(torch.arange(config["max_seq_len"], dtype=torch.float32), PERIOD**-half)
+        # the period written out, not read from PERIOD: a module global an answer could change
+        angles = torch.outer(torch.arange(config["max_seq_len"], dtype=torch.float32), 10000.0**-half)
         self.rotation_matrix = torch.complex(angles.cos(), angles.sin())  # (C, Dh // 2)
 
     def forward(self, x: Tensor) -> Tensor:

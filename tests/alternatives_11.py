@@ -7,6 +7,7 @@ asks; they differ in loop order, masking, how the statistics are kept and where 
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -246,18 +247,59 @@ def attention_padded(q, k, v, block_size, causal=False):
     return torch.stack(outs, dim=2).reshape(B, H, n * block_size, Dh)[:, :, :T]
 
 
+def bytes_numpy(batch, heads, seq_len, bytes_per_element=4):
+    """NumPy's integers are numbers too."""
+    return np.prod([batch, heads, seq_len, seq_len], dtype=np.int64) * bytes_per_element
+
+
+def softmax_in_float64(scores, block_size):
+    """The streamed algorithm run in float64 for accuracy, the result cast back: the float64 copy of
+    the input is the input, and what is cast into the result is the result."""
+    s = scores.double()
+    n = s.shape[-1]
+    m = s.new_full((*s.shape[:-1], 1), -math.inf)
+    total = s.new_zeros((*s.shape[:-1], 1))
+    for start in range(0, n, block_size):
+        block = s[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    starts = range(0, n, block_size)
+    return torch.cat([torch.exp(s[..., a : a + block_size] - m) / total for a in starts], -1).float()
+
+
+def attention_keys_by_queries(q, k, v, block_size, causal=False):
+    """FlashAttention-1's order with the tile computed as k_blk @ q^T, (block, T): the statistics are
+    reduced over the key block (dim -2), never over every key."""
+    B, H, T, Dh = q.shape
+    m = q.new_full((B, H, 1, T), -math.inf)
+    total, acc = q.new_zeros((B, H, 1, T)), q.new_zeros((B, H, Dh, T))
+    q_t = q.mT / math.sqrt(Dh)  # (B, H, Dh, T), a view
+    for j in range(0, T, block_size):
+        kj, vj = k[:, :, j : j + block_size], v[:, :, j : j + block_size]
+        s = kj @ q_t  # (B, H, block, T)
+        if causal:
+            s = s.masked_fill(torch.arange(j, j + kj.shape[2])[:, None] > torch.arange(T)[None, :], -math.inf)
+        m_new = torch.maximum(m, s.amax(-2, keepdim=True))
+        p, c = torch.exp(s - m_new), torch.exp(m - m_new)
+        total, acc, m = c * total + p.sum(-2, keepdim=True), c * acc + vj.mT @ p, m_new
+    return (acc / total).mT.contiguous()
+
+
 ALTERNATIVES = {
-    "11.score_matrix_bytes": [bytes_with_pow, bytes_from_numel, bytes_as_float],
+    "11.score_matrix_bytes": [bytes_with_pow, bytes_from_numel, bytes_as_float, bytes_numpy],
     "11.online_softmax": [
         softmax_into_preallocated,
         softmax_log_sum_exp,
         softmax_kept_blocks,
         softmax_flattened_rows,
+        softmax_in_float64,
     ],
     "11.tiled_attention": [
         attention_prose,
         attention_key_blocks_outer,
         attention_all_queries_per_key_block,
+        attention_keys_by_queries,
         attention_normalised_accumulator,
         attention_tile_softmax_merged,
         attention_padded,

@@ -165,6 +165,25 @@ FORBIDDEN_CALLS = [  # (check, answer, the call the message names)
     ("07.rmsnorm", nn.RMSNorm, "torch.nn.functional.rms_norm"),
     ("07.rmsnorm", RMSNormWithATen, "torch.ops.aten.rms_norm"),
     ("01.softmax", lambda x, dim=-1: torch.ops.aten.softmax(x, dim), "torch.ops.aten.softmax"),
+    ("11.online_softmax", lambda scores, block_size: torch.softmax(scores, -1), "torch.softmax"),
+    (
+        "11.online_softmax",
+        lambda scores, block_size: torch.exp(
+            -F.cross_entropy(
+                scores.unsqueeze(-2)
+                .expand(*scores.shape[:-1], scores.shape[-1], scores.shape[-1])
+                .flatten(0, -2),
+                torch.arange(scores.shape[-1]).repeat(scores.numel() // scores.shape[-1]),
+                reduction="none",
+            )
+        ).reshape(scores.shape),
+        "torch.nn.functional.cross_entropy",
+    ),
+    (
+        "11.tiled_attention",
+        lambda q, k, v, block_size, causal=False: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
 ]
 
 
@@ -286,4 +305,27 @@ def test_a_class_built_on_the_lent_course_model_is_refused(seed):
     class of a notebook-06 or 08 answer that derives from one is named and earns nothing."""
     result = verdict("06.moe_routing", _moe_built_on_the_course_model(), seed)
     assert result.points == 0, result.message
-    assert "derives from autograder.language_model.CourseMoe" in result.message, result.message
+    assert "is built on autograder.language_model.CourseMoe" in result.message, result.message
+
+
+def _moe_borrowing_the_course_models_forward():
+    from autograder import language_model as lm
+
+    class MoeLayer(nn.Module):
+        def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+            super().__init__()
+            self.n_experts_per_token = n_experts_per_token
+            self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+            config = {"hidden_size": hidden_size, "d_ff": d_ff}
+            self.experts = nn.ModuleList(lm.CourseExpert(config) for _ in range(num_experts))
+
+        forward = lm.CourseMoe.forward  # borrowed, not derived
+
+    return MoeLayer
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED])
+def test_a_class_borrowing_a_method_of_the_lent_model_is_refused(seed):
+    result = verdict("06.moe_routing", _moe_borrowing_the_course_models_forward(), seed)
+    assert result.points == 0, result.message
+    assert "is built on autograder.language_model.CourseMoe.forward" in result.message, result.message

@@ -227,3 +227,18 @@ def test_a_recorder_that_records_nothing_earns_nothing():
     for seed in (None, 7):
         result = verdict("10.record_activations", record_activations, seed)
         assert result.points == 0, result.message
+
+
+def test_attention_weights_read_off_the_layers_own_forward_are_refused():
+    """The layer's forward run again (on one-hot values, its output projection taken away, it returns
+    the weights without a line of attention written): the check allows one run of the layer."""
+
+    def attention_weights(model, tokens, block, head):
+        model(tokens[None])
+        attention = model.blocks[block].attention
+        attention(torch.zeros(1, len(tokens), attention.out.in_features))  # the second run
+        return torch.full((len(tokens), len(tokens)), 1.0 / len(tokens))
+
+    result = verdict("10.attention_weights", attention_weights, None)
+    assert result.points == 0, result.message
+    assert "the attention layer ran 2 times" in result.message, result.message

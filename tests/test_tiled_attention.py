@@ -140,7 +140,7 @@ def softmax_normalised_on_the_whole_row(scores, block_size):
 def test_a_softmax_of_the_whole_row_fails_only_one_block_at_a_time(answer, seed):
     verdict = judged("11.online_softmax", answer, seed)
     all_but(verdict, ONE_BLOCK)
-    assert "a tensor as wide as the row" in verdict.message, verdict.message
+    assert "the row was not streamed" in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize(
@@ -224,8 +224,8 @@ def test_a_t_by_t_matrix_fails_only_memory_and_is_named(answer, seed):
 def test_a_block_of_queries_against_every_key_fails_only_memory(seed):
     verdict = judged("11.tiled_attention", query_block_against_every_key, seed)
     all_but(verdict, MEMORY)
-    assert "one side is the whole sequence" in verdict.message, verdict.message
-    assert "loop over the key blocks too" in verdict.message, verdict.message
+    assert "an ordinary softmax of the whole row" in verdict.message, verdict.message
+    assert "Loop over the key blocks too" in verdict.message, verdict.message
 
 
 def test_a_full_causal_mask_fails_only_memory_where_the_run_is_causal():
@@ -337,3 +337,49 @@ def test_score_matrix_bytes_that_is_not_a_number_gets_a_message(value):
     verdict = judged("11.score_matrix_bytes", lambda *args: value, None)
     assert not verdict.passed
     assert "not a number" in verdict.message or "of shape (2,)" in verdict.message, verdict.message
+
+
+# ------------------------------------------------- what only looks streamed or tiled (red team)
+
+
+def softmax_in_place(scores, block_size):
+    """A whole-row softmax written into the input: it creates no tensor as wide as the row."""
+    scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+    return scores.div_(scores.sum(dim=-1, keepdim=True))
+
+
+def softmax_in_a_work_buffer(scores, block_size):
+    """The whole row's exp in the same storage as the result, which the size measurement leaves out."""
+    n = scores.shape[-1]
+    work = torch.empty(*scores.shape[:-1], 2 * n)
+    out, e = work[..., :n], work[..., n:]
+    torch.sub(scores, scores.amax(-1, keepdim=True), out=e)
+    e.exp_()
+    torch.div(e, e.sum(-1, keepdim=True), out=out)
+    return out
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize("answer", [softmax_in_place, softmax_in_a_work_buffer])
+def test_a_whole_row_reduced_in_place_or_in_a_buffer_fails_one_block_at_a_time(answer, seed):
+    verdict = judged("11.online_softmax", answer, seed)
+    all_but(verdict, ONE_BLOCK)
+    assert "the row was not streamed" in verdict.message, verdict.message
+
+
+def four_queries_against_every_key(q, k, v, block_size, causal=False):
+    """Chunks of 4 queries, each a plain softmax over all T keys: small tensors, not online."""
+    T, outs = q.shape[2], []
+    for i in range(0, T, 4):
+        s = q[:, :, i : i + 4] @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(T)[None, :] > torch.arange(i, i + s.shape[2])[:, None], -math.inf)
+        outs.append(torch.softmax(s, dim=-1) @ v)
+    return torch.cat(outs, dim=2)
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_few_queries_against_every_key_fail_only_memory(seed):
+    verdict = judged("11.tiled_attention", four_queries_against_every_key, seed)
+    all_but(verdict, MEMORY)
+    assert "an ordinary softmax of the whole row" in verdict.message, verdict.message

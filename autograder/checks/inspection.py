@@ -804,8 +804,20 @@ def attention_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 def run_attention(attention_weights, case: Case) -> Outputs:
     i = case.inputs
     model = build_model(i)
-    with one_thread():
-        weights = attention_weights(model, i["tokens"], i["block"], i["head"])
+    calls = []  # the layer's own forward, run again on inputs of the answer's, computes no weights
+    counter = model.blocks[i["block"]].attention.register_forward_pre_hook(
+        lambda module, args: calls.append(1)
+    )
+    try:
+        with one_thread():
+            weights = attention_weights(model, i["tokens"], i["block"], i["head"])
+    finally:
+        counter.remove()
+    if len(calls) > 1:
+        raise NotAsAsked(
+            f"the attention layer ran {len(calls)} times: run the model once, catch the layer's input with a "
+            "hook, and compute the weights from it yourself (the layer's forward never returns them)"
+        )
     return {"weights": weights, "hooks left": torch.tensor(hooks_on(model))}
 
 

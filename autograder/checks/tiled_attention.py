@@ -11,12 +11,15 @@ sent back like the outputs (`Check.measured`): a kernel that forges them can ear
 concern, and only that, with an answer that is right at every length measured (see the README).
 """
 
+import math
+import numbers
+
 import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, library_calls
 
 Tensor = torch.Tensor
 
@@ -45,9 +48,20 @@ class LargestIntermediate(TorchDispatchMode):
         super().__init__()
         self.inputs = {_storage(t) for t in inputs}
         self.kept: list[tuple[int, tuple[int, ...], Tensor]] = []  # (numel, shape, tensor), largest first
+        # The most numbers one reduction (a max, a sum, a softmax, a matrix product's inner sum) took
+        # at once: a row reduced whole, even in place or into a buffer, shows here.
+        self.widest = 0
+        self.copied_from: dict[int, int] = {}  # a copy's storage -> its source's
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.widest = max(self.widest, _reduced(func, args))
         result = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in COPIES and args and isinstance(args[0], Tensor):
+            source, copy = _storage(args[0]), _storage(result) if isinstance(result, Tensor) else None
+            if source is not None and copy is not None:
+                if source in self.inputs:  # the input in another dtype or layout is the input still
+                    self.inputs.add(copy)
+                self.copied_from[copy] = source
         for leaf in pytree.tree_leaves((args, kwargs, result)):
             if isinstance(leaf, Tensor):
                 self._see(leaf)
@@ -71,12 +85,42 @@ class LargestIntermediate(TorchDispatchMode):
             del self.kept[self.KEEP :]
 
     def largest(self, result: Tensor) -> tuple[int, tuple[int, ...]]:
-        """The largest tensor seen that is not the result or a view of it: (elements, shape)."""
-        mine = _storage(result)
+        """The largest tensor seen that is not the result, a view of it, or what was copied into it
+        (the result computed in float64 and cast back): (elements, shape)."""
+        mine = {_storage(result)} - {None}
+        for storage in list(mine):
+            if storage in self.copied_from:
+                mine.add(self.copied_from[storage])
         for numel, shape, held in self.kept:
-            if mine is None or _storage(held) != mine:
+            if _storage(held) not in mine:
                 return numel, shape
         return 0, ()
+
+
+COPIES = {"_to_copy", "clone", "contiguous", "_copy_from_and_resize", "to"}
+REDUCTIONS = {
+    "amax", "amin", "max", "min", "sum", "mean", "prod", "logsumexp", "_softmax", "_log_softmax",
+    "_safe_softmax", "_masked_softmax", "argmax", "argmin", "var", "std", "cumsum", "norm",
+}  # fmt: skip
+INNER = {"mm": (0, -1), "bmm": (0, -1), "addmm": (1, -1), "baddbmm": (1, -1), "addbmm": (1, -1)}
+
+
+def _reduced(func, args: tuple) -> int:
+    """How many numbers an ATen operation combines into one: the size of the dimensions a reduction
+    takes (all of them without a dim), or a matrix product's inner dimension; 0 for the others."""
+    name = func.overloadpacket.__name__
+    if name in INNER:
+        at, axis = INNER[name]
+        x = args[at] if len(args) > at else None
+        return x.shape[axis] if isinstance(x, Tensor) and x.dim() >= 2 else 0
+    if name not in REDUCTIONS or not args or not isinstance(args[0], Tensor):
+        return 0
+    x, dims = args[0], args[1] if len(args) > 1 else None
+    if isinstance(dims, int) and x.dim() > 0:
+        return x.shape[dims]
+    if isinstance(dims, list | tuple) and dims and all(isinstance(d, int) for d in dims) and x.dim() > 0:
+        return math.prod(x.shape[d] for d in dims)
+    return x.numel()
 
 
 def _storage(tensor: Tensor) -> int | None:
@@ -97,12 +141,13 @@ def _plain_tensor(result, what: str) -> Tensor:
     return result
 
 
-def measured_call(call, inputs: list[Tensor], what: str) -> tuple[Tensor, Tensor, Tensor]:
-    """The call's result, the number of elements of the largest intermediate and its shape."""
+def measured_call(call, inputs: list[Tensor], what: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The call's result, the number of elements of the largest intermediate, its shape, and the
+    widest reduction."""
     with LargestIntermediate(inputs) as seen:
         result = _plain_tensor(call(), what)
     numel, shape = seen.largest(result)
-    return result, torch.tensor(numel), torch.tensor(shape, dtype=torch.int64)
+    return result, torch.tensor(numel), torch.tensor(shape, dtype=torch.int64), torch.tensor(seen.widest)
 
 
 MISSING = "the measurement did not come back with the results"
@@ -146,12 +191,12 @@ def run_bytes(score_matrix_bytes, case: Case) -> Outputs:
     value = score_matrix_bytes(i["batch"], i["heads"], i["seq_len"], i["bytes_per_element"])
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise TypeError(
+            raise NotAsAsked(
                 f"score_matrix_bytes returned a tensor of shape {tuple(value.shape)}, not a number"
             )
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"score_matrix_bytes returned a {type(value).__name__}, not a number of bytes")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy's numbers are Real too
+        raise NotAsAsked(f"score_matrix_bytes returned a {type(value).__name__}, not a number of bytes")
     return {"bytes": torch.tensor(float(value), dtype=torch.float64)}
 
 
@@ -179,6 +224,7 @@ SOFTMAX_CORE = "softmax over streamed blocks, ordinary logits"
 SOFTMAX_STABLE = "logits as large as +-1000: no overflow, no 0 / 0"
 ONE_BLOCK = "one block of the row at a time"
 P_LARGEST, P_SHAPE = "largest intermediate", "largest intermediate's shape"
+P_WIDEST = "widest reduction"
 
 # (shape of the scores, block size, scale). The first case tells the mistakes of the core apart:
 # N = 10 is no multiple of b = 4, and a row's maximum changes from block to block.
@@ -251,10 +297,10 @@ def run_online_softmax(online_softmax, case: Case) -> Outputs:
     scores, b = case.inputs["scores"], case.inputs["block_size"]
     if not case.inputs.get("measured"):
         return {"p": online_softmax(scores, b)}
-    p, numel, shape = measured_call(
+    p, numel, shape, widest = measured_call(
         lambda: online_softmax(scores, b), [scores], "the result of online_softmax"
     )
-    return {"p": p, P_LARGEST: numel, P_SHAPE: shape}
+    return {"p": p, P_LARGEST: numel, P_SHAPE: shape, P_WIDEST: widest}
 
 
 # (rtol, atol) in float32. Logits near 1000 are stored to about 6e-5 (an ulp), and each weight
@@ -287,6 +333,15 @@ def _one_block_at_a_time(case: Case, out: Outputs) -> str | None:
         return seen
     (numel, shape), scores, b = seen, case.inputs["scores"], case.inputs["block_size"]
     rows, n = scores.numel() // scores.shape[-1], scores.shape[-1]
+    widest = out.get(P_WIDEST)
+    if not (isinstance(widest, Tensor) and widest.numel() == 1 and not widest.is_floating_point()):
+        return MISSING
+    if int(widest) >= n:
+        return (
+            f"your code reduces {int(widest)} numbers at once (a max, a sum or a softmax over the whole row "
+            f"of {n}), even if in place: the row was not streamed. Take each block's max and sum, and "
+            "combine them with the running max and sum"
+        )
     block = rows * min(b, n)
     if numel <= 2 * block:
         return None
@@ -318,6 +373,20 @@ LIBRARY_SOFTMAX = library_calls(
     "torch.special.logsumexp",
 )
 
+LIBRARY_ATTENTION = library_calls(
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch._scaled_dot_product_attention_math",
+    "torch._scaled_dot_product_flash_attention_for_cpu",
+    "torch.ops.aten._scaled_dot_product_flash_attention",
+    "torch.ops.aten._scaled_dot_product_efficient_attention",
+    "torch.ops.aten._scaled_dot_product_cudnn_attention",
+    "torch.ops.aten._scaled_dot_product_fused_attention_overrideable",
+    "torch.ops.aten._flash_attention_forward",
+    "torch.ops.aten._efficient_attention_forward",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch._native_multi_head_attention",
+)
+
 ONLINE_SOFTMAX = Check(
     name="11.online_softmax",
     extra_tolerance={torch.float32: LARGE_LOGITS},
@@ -333,9 +402,22 @@ ONLINE_SOFTMAX = Check(
         "p": "the result of online_softmax(scores, block_size)",
         P_LARGEST: "the largest tensor your code created",
         P_SHAPE: "the shape of the largest tensor your code created",
+        P_WIDEST: "the most numbers one reduction of your code took",
     },
-    measured=(P_LARGEST, P_SHAPE),
-    forbidden=LIBRARY_SOFTMAX,
+    measured=(P_LARGEST, P_SHAPE, P_WIDEST),
+    # a softmax reached another way counts as one: a masked or sparse softmax, exp(-cross_entropy),
+    # an attention call with the scores as keys
+    forbidden=(
+        *LIBRARY_SOFTMAX,
+        *library_calls(
+            "torch._masked_softmax",
+            "torch.sparse.softmax",
+            "torch.sparse.log_softmax",
+            "torch.nn.functional.cross_entropy",
+            "torch.nn.functional.gumbel_softmax",
+        ),
+        *LIBRARY_ATTENTION,
+    ),
     properties=[
         Property("rows sum to 1", _rows_sum_to_one),
         Property("matches torch.softmax", _matches_torch_softmax),
@@ -375,11 +457,13 @@ LARGEST_SHORT, LARGEST_LONG = (
     "largest intermediate at the long length",
 )
 SHAPE_SHORT, SHAPE_LONG = "its shape at the short length", "its shape at the long length"
+WIDEST_LONG = "the widest reduction at the long length"
 ATTENTION_MEASURED = {
     LARGEST_SHORT: "the largest tensor your code created at the shorter length",
     LARGEST_LONG: "the largest tensor your code created at the longer length",
     SHAPE_SHORT: "the shape of the largest tensor at the shorter length",
     SHAPE_LONG: "the shape of the largest tensor at the longer length",
+    WIDEST_LONG: "the most numbers one reduction of your code took at the longer length",
 }
 
 # (B, H, T, Dh, block_size). The first tells the mistakes apart: T = 10 is no multiple of 4, H = 2
@@ -459,7 +543,8 @@ def run_tiled_attention(tiled_attention, case: Case) -> Outputs:
             [q, k, v],
             "the attention output",
         )
-        outputs["output" + suffix], outputs[keys[0]], outputs[keys[1]] = result
+        outputs["output" + suffix], outputs[keys[0]], outputs[keys[1]], widest = result
+    outputs[WIDEST_LONG] = widest
     return outputs
 
 
@@ -509,46 +594,22 @@ def _grows_like_t(case: Case, out: Outputs) -> str | None:
     )
 
 
-def _one_tile_at_a_time(case: Case, out: Outputs) -> str | None:
-    i = case.inputs
-    (t_short, t_long), bs = i["lengths"], i["block_size"]
-    b, h, _, dh = i["q"].shape
-    for numel_key, shape_key, t in (
-        (LARGEST_SHORT, SHAPE_SHORT, t_short),
-        (LARGEST_LONG, SHAPE_LONG, t_long),
-    ):
-        if isinstance(seen := _measurement(out, numel_key, shape_key), str):
-            return seen
-        numel, shape = seen
-        copy, tile = b * h * (t + bs) * dh, b * h * bs * bs
-        # Scores of all the queries against one key block, (B, H, T, block_size), are as large as a
-        # block of queries against every key, but the online softmax carries them: only a row of
-        # scores that spans every key (its last dimension T) is a softmax of the whole row.
-        if numel <= 2 * max(copy, tile) or len(shape) == 0 or shape[-1] < t:
-            continue
-        return (
-            f"at T={t} your code creates a tensor of {_describe(shape, t, bs)} ({numel} elements), more than "
-            f"twice a copy of q ({b * h * t * dh}) and twice one {bs} x {bs} tile of scores per "
-            f"(batch, head) ({tile}). A block of queries scored against every key at once is a softmax "
-            "over the whole row, not an online one: loop over the key blocks too, keeping the running "
-            "max, sum and output"
-        )
-    return None
+def _online(case: Case, out: Outputs) -> str | None:
+    """No reduction spans every key: a softmax (or max, or sum, or P V product) over all T keys of a
+    row is an ordinary softmax of the whole row, whatever the tensors' sizes (in place, into a
+    buffer, a few rows at a time). Scores of a key block against every query reduce over the
+    block (FlashAttention-1's order): they pass."""
+    widest, t_long = out.get(WIDEST_LONG), case.inputs["lengths"][1]
+    if not (isinstance(widest, Tensor) and widest.numel() == 1 and not widest.is_floating_point()):
+        return MISSING
+    if int(widest) < t_long:
+        return None
+    return (
+        f"at T={t_long} your code reduces {int(widest)} numbers at once: a max, a sum, a softmax or a "
+        "product over every key of a row, an ordinary softmax of the whole row. Loop over the key "
+        "blocks too, keeping the running max, sum and output"
+    )
 
-
-LIBRARY_ATTENTION = library_calls(
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch._scaled_dot_product_attention_math",
-    "torch._scaled_dot_product_flash_attention_for_cpu",
-    "torch.ops.aten._scaled_dot_product_flash_attention",
-    "torch.ops.aten._scaled_dot_product_efficient_attention",
-    "torch.ops.aten._scaled_dot_product_cudnn_attention",
-    "torch.ops.aten._scaled_dot_product_fused_attention_overrideable",
-    "torch.ops.aten._flash_attention_forward",
-    "torch.ops.aten._efficient_attention_forward",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch._native_multi_head_attention",
-)
 
 TILED_ATTENTION = Check(
     name="11.tiled_attention",
@@ -567,11 +628,7 @@ TILED_ATTENTION = Check(
     properties=[
         Property("matches F.scaled_dot_product_attention", _matches_sdpa),
         Property("the largest intermediate grows like T, not T squared", _grows_like_t, concern=MEMORY),
-        Property(
-            "no row of scores over every key (the softmax stays online)",
-            _one_tile_at_a_time,
-            concern=MEMORY,
-        ),
+        Property("no reduction over every key (the softmax stays online)", _online, concern=MEMORY),
     ],
     error_hints=[
         ErrorHint(
