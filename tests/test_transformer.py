@@ -384,7 +384,7 @@ def test_the_training_targets_never_reach_the_kernel(tmp_path):
         write_cases(tmp_path, "08.training", hidden, [case])
     for path in (tmp_path / "cases").iterdir():
         (sent,) = torch.load(path, weights_only=True)
-        assert set(sent) == {"name", "inputs"} and set(sent["inputs"]) == {"text_seed", "prefixes"}
+        assert set(sent) == {"name", "inputs", "concern"} and set(sent["inputs"]) == {"text_seed", "prefixes"}
 
 
 def test_experts_with_biases_and_names_of_their_own_train_and_load():

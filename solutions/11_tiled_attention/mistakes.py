@@ -322,7 +322,7 @@ MISTAKES = {
             softmax_max_starts_at_zero,
         ),
         Mistake(
-            "the running sum is rescaled by exp(m_new - m), the wrong way round: at the first block m = -inf "
+            "NaN from the first block: the sum rescaled by exp(m_new - m) (the wrong way round), where m = -inf "
             "and inf x 0 is NaN",
             "multiply the sum by exp(m - m_new), which is at most 1, and 0 at the first block (exp(-inf)).",
             softmax_correction_inverted_at_the_start,
