@@ -286,6 +286,19 @@ def attention_keys_by_queries(q, k, v, block_size, causal=False):
     return (acc / total).mT.contiguous()
 
 
+def softmax_with_torch_max(scores, block_size):
+    """torch.max(a, b) of two tensors for the running max: elementwise, not a reduction."""
+    m = torch.full_like(scores[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    for start in range(0, scores.shape[-1], block_size):
+        block = scores[..., start : start + block_size]
+        m_new = torch.max(m, block.max(dim=-1, keepdim=True).values)
+        total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    starts = range(0, scores.shape[-1], block_size)
+    return torch.cat([torch.exp(scores[..., a : a + block_size] - m) / total for a in starts], -1)
+
+
 ALTERNATIVES = {
     "11.score_matrix_bytes": [bytes_with_pow, bytes_from_numel, bytes_as_float, bytes_numpy],
     "11.online_softmax": [
@@ -294,6 +307,7 @@ ALTERNATIVES = {
         softmax_kept_blocks,
         softmax_flattened_rows,
         softmax_in_float64,
+        softmax_with_torch_max,
     ],
     "11.tiled_attention": [
         attention_prose,

@@ -115,7 +115,9 @@ def _reduced(func, args: tuple) -> int:
         return x.shape[axis] if isinstance(x, Tensor) and x.dim() >= 2 else 0
     if name not in REDUCTIONS or not args or not isinstance(args[0], Tensor):
         return 0
-    x, dims = args[0], args[1] if len(args) > 1 else None
+    x, dims = args[0], args[2 if name == "norm" else 1] if len(args) > (2 if name == "norm" else 1) else None
+    if isinstance(dims, Tensor):  # max(a, b), min(a, b): elementwise, no reduction
+        return 0
     if isinstance(dims, int) and x.dim() > 0:
         return x.shape[dims]
     if isinstance(dims, list | tuple) and dims and all(isinstance(d, int) for d in dims) and x.dim() > 0:
