@@ -104,6 +104,23 @@ def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
     return None if gap <= 1e-5 else f"torch.softmax {_differs(gap)}"
 
 
+# The library's softmax in all its spellings: nn.Softmax, nn.Softmin and nn.LogSoftmax call these;
+# log_softmax(x).exp() is the softmax too.
+LIBRARY_SOFTMAX = library_calls(
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch._softmax",
+    "torch._safe_softmax",
+    "torch.nn.functional.softmin",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.special.log_softmax",
+    "torch._log_softmax",
+)
+
 SOFTMAX = Check(
     name="01.softmax",
     target="softmax",
@@ -111,21 +128,7 @@ SOFTMAX = Check(
     run=run_softmax,
     concerns=[Concern(SOFTMAX_LAST_DIM, weight=3), Concern(SOFTMAX_OTHER_DIM, weight=1)],
     outputs={"p": "the result of softmax(x, dim)"},
-    # nn.Softmax, nn.Softmin and nn.LogSoftmax call these; log_softmax(x).exp() is the softmax too.
-    forbidden=library_calls(
-        "torch.softmax",
-        "torch.Tensor.softmax",
-        "torch.nn.functional.softmax",
-        "torch.special.softmax",
-        "torch._softmax",
-        "torch._safe_softmax",
-        "torch.nn.functional.softmin",
-        "torch.log_softmax",
-        "torch.Tensor.log_softmax",
-        "torch.nn.functional.log_softmax",
-        "torch.special.log_softmax",
-        "torch._log_softmax",
-    ),
+    forbidden=LIBRARY_SOFTMAX,
     properties=[
         Property("slices along dim sum to 1", _sums_to_one),
         Property("matches torch.softmax", _matches_torch_softmax),

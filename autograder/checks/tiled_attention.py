@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, library_calls
+from . import attention
 
 Tensor = torch.Tensor
 
@@ -356,23 +357,10 @@ def _one_block_at_a_time(case: Case, out: Outputs) -> str | None:
     )
 
 
-# The library's softmax in all its spellings, and logsumexp (the normaliser in one call).
-LIBRARY_SOFTMAX = library_calls(
-    "torch.softmax",
-    "torch.Tensor.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch._softmax",
-    "torch._safe_softmax",
-    "torch.nn.functional.softmin",
-    "torch.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.special.log_softmax",
-    "torch._log_softmax",
-    "torch.logsumexp",
-    "torch.Tensor.logsumexp",
-    "torch.special.logsumexp",
+# The library's softmax (notebook 01's list), and logsumexp (the normaliser in one call).
+LIBRARY_SOFTMAX = (
+    *attention.LIBRARY_SOFTMAX,
+    *library_calls("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
 )
 
 LIBRARY_ATTENTION = library_calls(
