@@ -11,8 +11,6 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-import nbformat
-
 from .cells import grade_id, nbgrader_meta
 from .core import Mistake
 from .paths import SOLUTIONS, source_notebook
@@ -39,6 +37,8 @@ def namespace(assignment: str) -> dict[str, Any]:
         raise FileNotFoundError(
             f"{path} is not here: the reference solutions are only on the instructor's side."
         )
+    import nbformat  # here: every kernel imports this module, and nbformat takes a second (its JSON schemas)
+
     notebook = nbformat.read(path, as_version=4)
     names: dict[str, Any] = {"__name__": f"reference_{assignment}"}
     for cell in notebook.cells:

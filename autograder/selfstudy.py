@@ -10,7 +10,6 @@ graded release it is not, and the button says so instead of failing.
 """
 
 import ipywidgets as widgets
-import nbformat
 from IPython.display import display
 
 from .api import get_check
@@ -33,6 +32,8 @@ def solution_source(check_name: str) -> str | None:
         return None
     if not path.exists():
         return None
+    import nbformat  # here: every notebook imports this module; nbformat takes a second (JSON schemas)
+
     for cell in nbformat.read(path, as_version=4).cells:
         if grade_id(cell) == check.answer_cell:
             lines = cell.source.splitlines()
