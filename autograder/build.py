@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import torch
 from nbclient import NotebookClient
 from nbgrader.apps import NbGraderAPI
@@ -169,6 +170,26 @@ def stale_files(root: Path) -> list[str]:
         elif fresh.suffix == ".pt":
             if not api.same_snapshot(fresh, committed):
                 stale.append(str(committed.relative_to(REPO)))
+        elif fresh.suffix == ".png":
+            if not same_picture(fresh, committed):
+                stale.append(str(committed.relative_to(REPO)))
         elif fresh.read_bytes() != committed.read_bytes():
             stale.append(str(committed.relative_to(REPO)))
     return stale
+
+
+# A figure drawn from floats that differ in their last bits on another CPU (a trained model's
+# decision boundary, a colour map's bin edge) differs in a few pixels: 0.09% of 00_spirals_boundary's
+# between two machines. A changed figure (another curve, a title) changes far more.
+PICTURE_PIXELS = 0.0025  # the share of pixels that may differ by more than one step of 255
+
+
+def same_picture(a: Path, b: Path) -> bool:
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(a) as first, Image.open(b) as second:
+        if first.size != second.size:
+            return False
+        x, y = (np.asarray(image.convert("RGBA"), dtype=np.int16) for image in (first, second))
+    differing = (np.abs(x - y).max(axis=-1) > 1).mean()
+    return bool(differing <= PICTURE_PIXELS)

@@ -5,12 +5,15 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
+import torch
 
-from autograder.build import build, stale_files
+from autograder import api
+from autograder.build import build, same_picture, stale_files
 from autograder.cells import check_calls, grade_id, is_test_cell
 from autograder.checks import CHECKS
-from autograder.paths import NOTEBOOKS, assignments, source_notebook
+from autograder.paths import IMAGES, NOTEBOOKS, assignments, source_notebook
 from autograder.reference import is_reference_cell
 
 from .submissions import release, solution_sources
@@ -81,3 +84,32 @@ def test_every_test_cell_is_judged_by_checks_worth_its_points(assignment):
             assert calls, f"{grade_id(cell)} calls no check"
             points = sum(CHECKS[n].hidden_points if hidden else CHECKS[n].points for n, hidden in calls)
             assert cell.metadata.nbgrader["points"] == points, grade_id(cell)
+
+
+def test_a_snapshot_is_stale_when_it_changes_not_when_a_cpu_rounds_otherwise(tmp_path):
+    committed = api.snapshot_path("07.rmsnorm")
+    y = torch.load(committed, weights_only=True)["expected"][0]["reference"]["y"]
+    for name, moved in (
+        ("rounded", y + 4 * torch.finfo(y.dtype).eps * y.abs().max()),
+        ("changed", y * (1 + 1e-4)),
+    ):
+        snapshot = torch.load(committed, weights_only=True)
+        snapshot["expected"][0]["reference"]["y"] = moved  # a few units in the last place, or a real change
+        torch.save(snapshot, tmp_path / f"{name}.pt")
+    assert api.same_snapshot(tmp_path / "rounded.pt", committed)
+    assert not api.same_snapshot(tmp_path / "changed.pt", committed)
+
+
+def test_a_figure_is_stale_when_it_changes_not_when_a_few_pixels_flip(tmp_path):
+    from PIL import Image
+
+    committed = IMAGES / "04_rope_score_vs_distance.png"
+    pixels = np.asarray(Image.open(committed).convert("RGBA")).copy()
+    flipped = pixels.copy()
+    flipped.reshape(-1, 4)[::2000, :3] ^= 0xFF  # 0.05% of the pixels, as a boundary drawn on another CPU
+    Image.fromarray(flipped).save(tmp_path / "flipped.png")
+    redrawn = pixels.copy()
+    redrawn[: pixels.shape[0] // 10] = 255  # a tenth of the figure blank: a title or a curve gone
+    Image.fromarray(redrawn).save(tmp_path / "redrawn.png")
+    assert same_picture(tmp_path / "flipped.png", committed)
+    assert not same_picture(tmp_path / "redrawn.png", committed)
