@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .paths import NOTEBOOKS
-from .report import Result, shown
+from .report import Result, shown, summary
 
 
 def _build(args) -> int:
@@ -46,13 +46,18 @@ def _grade(args) -> int:
         late_penalty=args.late_penalty,
         roster=Path(args.roster) if args.roster else None,
         title=args.title,
+        dask=args.dask,
     )
-    for r in results:
+    attention = [r for r in results if r.status != "graded" or r.reason]
+    if attention:
+        print("Rows that need your attention (not graded, or points lost outside the checks):")
+    for r in attention:
         print(summary_line(r))
+    print(summary(results))
     out = Path(args.out)
     print(
-        f"wrote {out / 'grades.csv'}, {out / 'totals.csv'}, {out / 'intake.csv'}, {out / 'feedback'}/, "
-        f"{out / 'logs'}/ and {out / 'course'}/"
+        f"wrote {out / 'grades.csv'}, {out / 'report.html'}, {out / 'totals.csv'}, {out / 'intake.csv'}, "
+        f"{out / 'feedback'}/, {out / 'logs'}/ and {out / 'course'}/"
     )
     return 0
 
@@ -200,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         "--again",
         action="store_true",
         help="grade this source's files again even where unchanged since last time",
+    )
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="grade on a Dask cluster: its scheduler's address (tcp://host:8786), or local[:N] for N worker "
+        "processes here (README, Grading on a Dask cluster); --jobs is then not used",
     )
     p.set_defaults(func=_grade)
 

@@ -17,7 +17,7 @@ import math
 import re
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -107,6 +107,17 @@ class Property:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """What a failed concern came to, as data: the message says it in words; the class report
+    counts these across a class (OUT/report.html)."""
+
+    case: str = ""  # the first case that failed ("" where no case was judged)
+    properties: tuple[str, ...] = ()  # the check's properties that case breaks
+    mistakes: tuple[str, ...] = ()  # the known mistakes the diagnosis names
+    unjudged: str = ""  # why nothing could be judged (the test cell raised NameError, ...), if so
+
+
+@dataclass(frozen=True)
 class Part:
     """One concern's share of a verdict."""
 
@@ -114,6 +125,7 @@ class Part:
     passed: bool
     message: str
     max_points: float
+    finding: Finding | None = None  # None when it passed
 
     @property
     def points(self) -> float:
@@ -142,6 +154,7 @@ class Verdict:
     message: str
     max_points: float = 0.0
     parts: tuple[Part, ...] = ()
+    finding: Finding | None = None  # what failed, for a check of one concern (its parts' otherwise)
 
     @property
     def points(self) -> float:
@@ -152,11 +165,29 @@ class Verdict:
     def worth(self, max_points: float) -> Verdict:
         """The same verdict for a test cell worth `max_points`, split over its parts by weight."""
         total = sum(part.max_points for part in self.parts) or 1.0
-        parts = tuple(
-            Part(p.concern, p.passed, p.message, max_points * p.max_points / total) for p in self.parts
-        )
+        parts = tuple(replace(p, max_points=max_points * p.max_points / total) for p in self.parts)
         message = "\n".join(map(str, parts)) if parts else self.message
-        return Verdict(self.check, self.passed, message, max_points, parts)
+        return Verdict(self.check, self.passed, message, max_points, parts, self.finding)
+
+    def record(self, hidden: bool) -> dict:
+        """What the record keeps of a verdict for the class report: points and findings as data
+        (the words are in the feedback page). A part passed where it has no finding."""
+        return {
+            "check": self.check,
+            "hidden": hidden,
+            "points": self.points,
+            "max_points": self.max_points,
+            "finding": _asdict(self.finding),
+            "parts": [
+                {
+                    "concern": p.concern,
+                    "points": p.points,
+                    "max_points": p.max_points,
+                    "finding": _asdict(p.finding),
+                }
+                for p in self.parts
+            ],
+        }
 
     def __str__(self) -> str:
         mark = "passed" if self.passed else "FAILED"
@@ -167,6 +198,10 @@ class Verdict:
 
 def _points(value: float) -> str:
     return f"{value:.3g}"
+
+
+def _asdict(finding: Finding | None) -> dict | None:
+    return None if finding is None else asdict(finding)
 
 
 @dataclass(frozen=True)
@@ -502,20 +537,20 @@ def judge(
         if prop.concern and prop.concern not in check.concern_names:
             raise ValueError(f"{check.name}: property {prop.name!r} has unknown concern {prop.concern!r}")
     if not check.concerns:
-        passed, message = judge_concern(check, cases, results, expected, mistakes)
-        return Verdict(check.name, passed, message)
+        finding, message = judge_concern(check, cases, results, expected, mistakes)
+        return Verdict(check.name, finding is None, message, finding=finding)
     parts = []
     for concern in check.concerns:
         chosen = [i for i, case in enumerate(cases) if check.concern_of(case) == concern.name]
         if chosen:
-            passed, message = judge_concern(
+            finding, message = judge_concern(
                 check,
                 [cases[i] for i in chosen],
                 [results[i] for i in chosen],
                 [expected[i] for i in chosen],
                 mistakes,
             )
-            parts.append(Part(concern.name, passed, message, concern.weight))
+            parts.append(Part(concern.name, finding is None, message, concern.weight, finding))
     passed = all(p.passed or not p.graded for p in parts)
     return Verdict(check.name, passed, "\n".join(map(str, parts)), parts=tuple(parts))
 
@@ -526,11 +561,12 @@ def judge_concern(
     results: Sequence[RunResult],
     expected: Sequence[Expectation],
     mistakes: Sequence[Mistake],
-) -> tuple[bool, str]:
+) -> tuple[Finding | None, str]:
     """Compare each case's result with the reference: shape -> dtype -> NaN/inf -> values.
 
     The first failing case is named; the failure is matched against the known mistakes and
-    the properties of the check, so that the message says what probably went wrong.
+    the properties of the check, so that the message says what probably went wrong. Returns
+    what failed (None: the concern passed) and the message.
     """
     for case, result, expect in zip(cases, results, expected, strict=True):
         if isinstance(expect.reference, str):
@@ -538,18 +574,16 @@ def judge_concern(
         problem = _judge_case(check, case, result, expect.reference)
         if problem is None:
             continue
+        broken = _property_failures(check, case, result)
         lines = [f"case {case.name}: {problem}"]
-        lines += [
-            f"  Property '{name}' fails too: {failure}"
-            for name, failure in _property_failures(check, case, result)
-        ]
-        diagnosis = _diagnose(check, result, expect, mistakes)
+        lines += [f"  Property '{name}' fails too: {failure}" for name, failure in broken]
+        diagnosis, named = _diagnose(check, result, expect, mistakes)
         if diagnosis:
             lines.append(f"  Looks like: {diagnosis}")
-        return False, "\n".join(lines)
+        return Finding(case.name, tuple(name for name, _ in broken), named), "\n".join(lines)
     for case, result in zip(cases, results, strict=True):
         for name, failure in _property_failures(check, case, result, judged=True):
-            return False, f"case {case.name}: property '{name}' fails: {failure}"
+            return Finding(case.name, (name,)), f"case {case.name}: property '{name}' fails: {failure}"
     # A property is named with its own concern; those of every case once, with the core (an
     # edge's cases may not exercise them all).
     concern = check.concern_of(cases[0])
@@ -565,7 +599,7 @@ def judge_concern(
         met = f"{'passes' if one else 'pass'} the measurement"
     else:
         met = f"{'matches' if one else 'match'} the reference"
-    return True, f"{'1 case' if one else f'{len(cases)} cases'} {met}{extra}"
+    return None, f"{'1 case' if one else f'{len(cases)} cases'} {met}{extra}"
 
 
 def _property_failures(
@@ -665,48 +699,54 @@ def _fmt(x: Tensor) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _diagnose(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]) -> str:
-    """What the failure looks like. For an error: an error hint, else a known mistake that raised
-    the same error. For outputs: a known mistake whose outputs equal the student's; else the known
-    mistakes that explain some of the outputs (two mistakes at once); else the one mistake the
-    outputs are much nearer to than to the right answer."""
+def _diagnose(
+    check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]
+) -> tuple[str, tuple[str, ...]]:
+    """What the failure looks like, and the known mistakes that says it is. For an error: an error
+    hint, else a known mistake that raised the same error. For outputs: a known mistake whose
+    outputs equal the student's; else the known mistakes that explain some of the outputs (two
+    mistakes at once); else the one mistake the outputs are much nearer to than to the right answer."""
     if isinstance(result, str):
         for hint in check.error_hints:
-            if hint.fragment in result:
-                return hint.advice
+            if hint.fragment in result:  # a hint may say which known mistake raises it, by its name
+                return hint.advice, tuple(m.name for m in mistakes if hint.advice.startswith(m.name))
         raised = result.split(" (in your code: ")[0]  # a known mistake that raises the same error
         for mistake in mistakes:
             wrong = expect.mistakes.get(mistake.name)
             if isinstance(wrong, str) and wrong.split(" (in your code: ")[0] == raised:
-                return f"{mistake.name}. {_sentence(mistake.advice)}"
-        return ""
+                return f"{mistake.name}. {as_sentence(mistake.advice)}", (mistake.name,)
+        return "", ()
     known = [(m, w) for m in mistakes if isinstance(w := expect.mistakes.get(m.name), dict)]
     for mistake, wrong in known:
         if all(_same_output(check, result, wrong, key) for key in check.answer_keys(wrong)):
-            return f"{mistake.name}. {_sentence(mistake.advice)}"
+            return f"{mistake.name}. {as_sentence(mistake.advice)}", (mistake.name,)
     reference = expect.reference
     if isinstance(reference, dict) and len(check.answer_keys(reference)) > 1:
         wrong_keys = [
             k for k in check.answer_keys(reference) if not _same_output(check, result, reference, k)
         ]
-        explained = []
+        explained = {}
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
             if keys:
                 what = ", ".join(check.describe(k) for k in keys)
-                explained.append(f"{mistake.name} ({what} as with that mistake). {_sentence(mistake.advice)}")
+                explained[mistake.name] = (
+                    f"{mistake.name} ({what} as with that mistake). {as_sentence(mistake.advice)}"
+                )
         if explained:
-            return "more than one thing may be wrong; in part: " + " | ".join(explained)
+            return "more than one thing may be wrong; in part: " + " | ".join(explained.values()), tuple(
+                explained
+            )
     nearest = _nearest_mistake(check, result, reference, known) if isinstance(reference, dict) else None
     if nearest:
         return (
             f"closest to the known mistake '{nearest.name}' (your values are much nearer to it than to "
-            f"the right ones; something else may be wrong too). {_sentence(nearest.advice)}"
-        )
-    return ""
+            f"the right ones; something else may be wrong too). {as_sentence(nearest.advice)}"
+        ), (nearest.name,)
+    return "", ()
 
 
-def _sentence(advice: str) -> str:
+def as_sentence(advice: str) -> str:
     """Advice as a sentence: it follows the mistake's name and a full stop. One that starts with
     code (`x.repeat(...)`, `bytes_per_value`) keeps its case."""
     first = advice.split(" ", 1)[0].rstrip(",:;")

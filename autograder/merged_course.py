@@ -31,7 +31,7 @@ from .cells import grade_id, nbgrader_meta
 from .feedback import install_mathjax, question
 from .late import LatePolicy
 from .paths import source_notebook
-from .record import HandGrades
+from .record import GRADES_FILE, HandGrades
 from .report import Result
 
 GRADED_FILES = ".graded_sha256.json"  # in OUT/course: the hash of each submission file it holds
@@ -120,8 +120,43 @@ def _add_submission(merged: Gradebook, work: Path, staging: Path, result: Result
             run / stage / result.student / result.notebook, staging / stage / result.student / result.notebook
         )
     merged.add_submission(result.notebook, result.student, timestamp=late.timestamp(result))
+    _give_automatic(merged, _automatic_grades(run, result), result.notebook, result.student)
+
+
+def automatic_grades(gradebook: Gradebook, assignment: str, student: str) -> dict:
+    """{notebook: {"grades": {cell: {field: value}}, "comments": {cell: {field: value}}}}: what
+    grading wrote into a submission's gradebook (the fields of AUTOMATIC)."""
+    grade_fields, comment_fields = AUTOMATIC
+    return {
+        notebook.name: {
+            "grades": {g.name: {f: getattr(g, f) for f in grade_fields} for g in notebook.grades},
+            "comments": {c.name: {f: getattr(c, f) for f in comment_fields} for c in notebook.comments},
+        }
+        for notebook in gradebook.find_submission(assignment, student).notebooks
+    }
+
+
+def _automatic_grades(run: Path, result: Result) -> dict:
+    saved = run / GRADES_FILE
+    if saved.exists():
+        return json.loads(saved.read_text())
+    # Graded before the grades came back as data (0.10 and earlier): the run's own gradebook.
     with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as single:
-        _copy_grades(single, merged, result.notebook, result.student)
+        return automatic_grades(single, result.notebook, result.student)
+
+
+def _give_automatic(merged: Gradebook, grades: dict, assignment: str, student: str) -> None:
+    grade_fields, comment_fields = AUTOMATIC
+    for notebook, given in grades.items():
+        for cell, values in given["grades"].items():
+            copy = merged.find_grade(cell, notebook, assignment, student)
+            for key in grade_fields:
+                setattr(copy, key, values[key])
+        for cell, values in given["comments"].items():
+            copy = merged.find_comment(cell, notebook, assignment, student)
+            for key in comment_fields:
+                setattr(copy, key, values[key])
+    merged.db.commit()
 
 
 def _penalise(merged: Gradebook, result: Result, late: LatePolicy) -> None:
@@ -130,20 +165,6 @@ def _penalise(merged: Gradebook, result: Result, late: LatePolicy) -> None:
     for notebook in merged.find_submission(result.notebook, result.student).notebooks:
         notebook.late_submission_penalty = late.penalty(notebook.score, seconds)
     merged.db.commit()
-
-
-def _copy_grades(source: Gradebook, target: Gradebook, assignment: str, student: str) -> None:
-    grade_fields, comment_fields = AUTOMATIC
-    for notebook in source.find_submission(assignment, student).notebooks:
-        for grade in notebook.grades:
-            copy = target.find_grade(grade.name, notebook.name, assignment, student)
-            for field in grade_fields:
-                setattr(copy, field, getattr(grade, field))
-        for comment in notebook.comments:
-            copy = target.find_comment(comment.name, notebook.name, assignment, student)
-            for field in comment_fields:
-                setattr(copy, field, getattr(comment, field))
-    target.db.commit()
 
 
 def _row(merged: Gradebook, result: Result, late: LatePolicy, note: str) -> Result:

@@ -36,7 +36,8 @@ from traitlets import Bool, Integer, Unicode
 
 from . import api, clean, exchange
 from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
-from .core import UNDEFINED_NAME, Verdict, missing_import
+from .core import UNDEFINED_NAME, Finding, Verdict, missing_import
+from .kernels import AHEAD
 from .report import shown
 from .sandbox import SandboxedKernelManager, prepare_root
 
@@ -87,20 +88,57 @@ class JudgedExecute(Execute):
         config=True
     )
     reasons_file = Unicode("", help="JSON list of what cost points outside the checks.").tag(config=True)
+    verdicts_file = Unicode("", help="JSON list of the verdicts, as data (the class report's).").tag(
+        config=True
+    )
+    kernels_ahead = Bool(
+        False, help="Start the next notebook's kernel while this one runs (a batch's worker: kernels.py)."
+    ).tag(config=True)
     store_widget_state = Bool(False)  # widget state from the kernel is unbounded, and not graded
 
     def create_kernel_manager(self):
-        self.km = self._sandbox = SandboxedKernelManager(
+        manager = AHEAD.take(self._kernel_settings()) if self.kernels_ahead else None
+        if manager is None:
+            manager = self._new_kernel_manager()
+            self.log.info("[course] kernel: started now")
+        else:
+            manager.log = self.log
+            self.log.info("[course] kernel: started ahead, while the previous notebook ran")
+        self.km = self._sandbox = manager
+        self._root = Path(manager.root)
+        return manager
+
+    def _new_kernel_manager(self) -> SandboxedKernelManager:
+        root = Path(tempfile.mkdtemp(prefix="k-", dir=self.sandbox_parent or None))  # short: socket paths
+        prepare_root(root)
+        return SandboxedKernelManager(
             kernel_name=self.kernel_name or "python3",
             config=self.config,
-            root=str(self._root),
+            root=str(root),
             sandboxed=self.sandboxed,
             # Written inside the sandbox's root, which only the grader can reach: the kernel holds
             # that file and could make it anything (setuid root, where the sandbox maps to root).
-            log_file=str(self._root / "kernel.out"),
+            log_file=str(root / "kernel.out"),
             log=self.log,  # what its process group stopped goes to the notebook's log
         )
-        return self.km
+
+    def _kernel_settings(self) -> str:
+        """What a kernel started ahead must have been made with to serve this notebook."""
+        made_with = [
+            self.kernel_name,
+            self.sandboxed,
+            self.sandbox_parent,
+            self.config.get("SandboxedKernelManager"),
+        ]
+        return json.dumps(made_with, sort_keys=True, default=str)
+
+    async def async_start_new_kernel_client(self):
+        if self.kernels_ahead:  # while this notebook waits for its kernel and runs
+            await AHEAD.start_next(self._kernel_settings(), self._new_kernel_manager)
+        return await super().async_start_new_kernel_client()
+
+    # nbclient binds its synchronous name to its own coroutine function: bound again, to this one
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = time.monotonic() + self.notebook_timeout
@@ -109,30 +147,35 @@ class JudgedExecute(Execute):
         self._broken: set[int] = set()  # cells that killed or hung a kernel: never run again
         self._kept_bytes = 0
         self._reasons: list[str] = []
+        self._verdicts: list[dict] = []  # each test's verdict as data (Verdict.record), in order
         self._errors: dict[int, str] = {}  # the first error of each cell that is not a test, as text
         self._sandbox: SandboxedKernelManager | None = None
-        # short: Unix socket paths are limited
-        self._root = Path(tempfile.mkdtemp(prefix="k-", dir=self.sandbox_parent or None))
+        self._root: Path | None = None  # the kernel's, once it has one
         try:
-            prepare_root(self._root)
             nb, resources = super().preprocess(nb, resources, km)
         finally:
             if self._sandbox is not None:  # nbclient lets go of self.km once the kernel is shut down
                 self._sandbox.end_process_group()  # nothing of the kernel runs on while its folders go
-            self._keep_kernel_log()
-            self._remove_root()
+            if self._root is not None:
+                self._keep_kernel_log()
+                self._remove_root()
         for index, cell in enumerate(nb.cells):  # a display update from a later cell rewrites earlier outputs
             if cell.cell_type == "code" and not is_test_cell(cell):
                 self._clean(cell, index)
         not_run = [i for i, cell in enumerate(nb.cells) if is_test_cell(cell) and i not in self._judged]
         for index in not_run:
             calls = check_calls(nb.cells[index].source)
-            verdicts = [_failure(n, h, f"not run: {self._stopped}") for n, h in calls]
+            verdicts = [
+                _failure(n, h, f"not run: {self._stopped}", "not run: the notebook stopped") for n, h in calls
+            ]
+            self._verdicts += [v.record(h) for v, (_, h) in zip(verdicts, calls, strict=True)]
             nb.cells[index].outputs = _outputs(verdicts)
         if self._stopped:
             self._note(f"notebook stopped: {self._stopped}; {len(not_run)} test cells did not run (0 points)")
         if self.reasons_file:
             Path(self.reasons_file).write_text(json.dumps(self._reasons))
+        if self.verdicts_file:
+            Path(self.verdicts_file).write_text(json.dumps(self._verdicts))
         return nb, resources
 
     def _clean(self, cell, index: int) -> None:
@@ -301,9 +344,9 @@ class JudgedExecute(Execute):
                     label,
                     str(output.get("text") or output.get("data", "")),
                 )
-        cell.outputs = _outputs(
-            [self._verdict(label, index, n, h, cases, error, crash) for n, h, cases in calls]
-        )
+        verdicts = [self._verdict(label, index, n, h, cases, error, crash) for n, h, cases in calls]
+        self._verdicts += [v.record(h) for v, (_, h, _) in zip(verdicts, calls, strict=True)]
+        cell.outputs = _outputs(verdicts)
         for cells in self._display_id_map.values():  # a later display update must not touch the verdicts
             cells.pop(index, None)
         self._judged.add(index)
@@ -318,7 +361,7 @@ class JudgedExecute(Execute):
         except Exception:
             details = traceback.format_exc()
             self.log.warning("[course] test cell %s: judging %s failed:\n%s", label, name, details)
-            return _failure(name, hidden, "the grader could not judge the results of this test")
+            return _failure(name, hidden, "the grader could not judge the results of this test", "not judged")
 
     def _judged_verdict(self, label, index, name, hidden, cases, error, crash) -> Verdict:
         folder = self._root / "exchange"
@@ -326,17 +369,22 @@ class JudgedExecute(Execute):
             results = exchange.read_results(folder, name, hidden, len(cases))
         except exchange.MalformedResults as problem:
             self.log.warning("[course] test cell %s: malformed results for %s: %s", label, name, problem)
-            return _failure(name, hidden, f"the results of this test are malformed: {problem}")
+            return _failure(
+                name, hidden, f"the results of this test are malformed: {problem}", "malformed results"
+            )
         if results is None:
             if crash or self._stopped:
-                why = crash or self._stopped
+                why = kind = crash or self._stopped
             elif error is not None:
                 cause = self._undefined(str(error.evalue), index)
                 why = f"the cell raised {error.ename}: {error.evalue}{cause}"
+                kind = f"the test cell raised {str(error.ename)[:80]}"
             else:
-                why = "`check` was redefined, patched or bypassed"
+                why = kind = "`check` was redefined, patched or bypassed"
                 self.log.warning("[course] test cell %s: no results came back for %s: %s", label, name, why)
-            return _failure(name, hidden, f"no results came back from this test: {why}")
+            return _failure(
+                name, hidden, f"no results came back from this test: {why}", f"no results: {kind}"
+            )
         verdict = api.judge_results(name, cases, results, hidden=hidden)
         if not verdict.passed and (cause := self._undefined(verdict.message, index)):
             verdict = dataclasses.replace(verdict, message=verdict.message + cause)
@@ -378,9 +426,10 @@ class JudgedExecute(Execute):
         return ""
 
 
-def _failure(name: str, hidden: bool, message: str) -> Verdict:
-    """A check failed without its outputs being judged (not run, nothing or garbage sent back)."""
-    return Verdict(name, False, message, api.points(name, hidden))
+def _failure(name: str, hidden: bool, message: str, unjudged: str) -> Verdict:
+    """A check failed without its outputs being judged (not run, nothing or garbage sent back);
+    `unjudged` says which, in a few words the class report counts."""
+    return Verdict(name, False, message, api.points(name, hidden), finding=Finding(unjudged=unjudged))
 
 
 def _kernel_source(calls: list) -> str:

@@ -16,13 +16,19 @@ A run grades what its source holds and merges it into this record, so grading on
 folder into a class's output folder changes that student's rows and nothing else.
 """
 
+import html
 import json
 import os
 import shutil
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .report import Result
+
+if TYPE_CHECKING:  # types only: the grading side imports the record, not the reverse
+    from .autograde import Graded
+    from .inbox import Submission
 
 
 def _write_json(path: Path, value) -> None:
@@ -51,6 +57,7 @@ def _result(saved: dict) -> Result:
     known = {f.name for f in fields(Result)}
     values = {k: v for k, v in saved.items() if k in known}
     values["questions"] = tuple(tuple(q) for q in values.get("questions", ()))
+    values["checks"] = tuple(values.get("checks", ()))
     return Result(**values)
 
 
@@ -74,6 +81,52 @@ def recorded(out: Path) -> dict[str, tuple[Result, str]]:
         saved = json.loads(path.read_text())
         record[f"{path.parent.name}/{path.stem}"] = (_result(saved), saved.get("submission_sha256", ""))
     return record
+
+
+def store(out: Path, submission: "Submission", graded: "Graded", digest: str) -> Result:
+    """What grading one submission gave, into the record: its log, its feedback page (or a page
+    saying it was not graded), what OUT/course is rebuilt from (work/runs/<student>/<nb>/), and
+    its outcome, last and atomically: a batch killed midway never leaves half a result."""
+    student, notebook = submission.student, submission.notebook
+    result = replace(
+        graded.result, name=submission.name, late=submission.late, submitted_at=submission.submitted_at
+    )
+    intake = [f"[course] graded file: {submission.origin}"] if submission.origin else []
+    log = "\n".join(intake + [f"[course] {line}" for line in submission.note.splitlines()] + [graded.log])
+    _write(out / "logs" / student / f"{notebook}.log", log.encode())
+    page = out / "feedback" / student / f"{notebook}.html"
+    if result.status == "failed":
+        _write(page, _not_graded_page(notebook, result.reason).encode())
+    elif graded.feedback:
+        _write(page, graded.feedback)
+    else:  # graded without a page (the log says why): none from an earlier file stays
+        page.unlink(missing_ok=True)
+    run = out / "work" / "runs" / student / notebook
+    shutil.rmtree(run, ignore_errors=True)
+    if graded.submitted:
+        _write(run / "submitted" / student / notebook / f"{notebook}.ipynb", graded.submitted)
+        _write(run / "autograded" / student / notebook / f"{notebook}.ipynb", graded.autograded)
+        _write(run / GRADES_FILE, json.dumps(graded.grades).encode())
+    if graded.kernel_log:
+        _write(run / "kernel.log", graded.kernel_log)
+    save_result(out, result, digest)
+    return result
+
+
+GRADES_FILE = "grades.json"  # in work/runs/<student>/<nb>/: what grading wrote into its gradebook
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _not_graded_page(notebook: str, reason: str) -> str:
+    return (
+        f"<!doctype html><title>{html.escape(notebook)}</title>"
+        f"<h1>{html.escape(notebook)}: not graded</h1>"
+        f"<p>{html.escape(reason)}</p><p>Please contact your instructor.</p>"
+    )
 
 
 # ------------------------------------------------------------------------------ refusals

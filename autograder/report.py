@@ -12,7 +12,8 @@ grades.csv's text fields through `_cell` as well.
 
 import csv
 import unicodedata
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -29,6 +30,8 @@ class Result:
     submitted_at: str = ""  # ISO 8601, where the export says when
     penalty: float | None = None  # the late penalty taken off `score`
     questions: tuple[tuple[str, float], ...] = ()  # each test cell's score, by what it grades
+    # Each test's verdict as data (core.Verdict.record), for the class report; not a column
+    checks: tuple[dict, ...] = field(default=(), compare=False)
 
     @property
     def final_score(self) -> float | None:
@@ -77,6 +80,32 @@ def write_csv(path: Path, results: list[Result]) -> None:
                 + [_number(scores.get(q)) for q in questions]
             )
     partial.rename(path)
+
+
+STATUSES = ("graded", "needs_manual_grading", "failed", "missing")
+
+
+def summary(rows: list[Result]) -> str:
+    """The batch at a glance: per notebook, how many rows of each status and the mean score of
+    those with one (hand grades included, before any late penalty)."""
+    labels = [status.replace("_", " ") for status in STATUSES]
+    lines = [
+        f"{'notebook':<20}"
+        + "".join(f"{label:>{len(label) + 2}}" for label in labels)
+        + f"{'mean score':>14}"
+    ]
+    for notebook in [*sorted({r.notebook for r in rows}), "all"]:
+        chosen = [r for r in rows if notebook in ("all", r.notebook)]
+        counts = Counter(r.status for r in chosen)
+        scored = [r for r in chosen if r.score is not None]
+        mean = ""
+        if scored and notebook != "all":  # "all" mixes notebooks of different maxima
+            mean = f"{sum(r.score for r in scored) / len(scored):.2f} / {scored[0].max_score:g}"
+        cells = "".join(
+            f"{counts[status]:>{len(label) + 2}}" for status, label in zip(STATUSES, labels, strict=True)
+        )
+        lines.append(f"{shown(notebook):<20}{cells}{mean:>14}")
+    return "\n".join(lines)
 
 
 # Control characters (line breaks, terminal escape codes), invisible formatting (text-direction

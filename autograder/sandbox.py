@@ -44,6 +44,7 @@ SYSTEM_FILES = [  # what the dynamic loader, Python and matplotlib read from /et
     "/etc/alternatives",
 ]
 NOBODY = "65534"
+LAUNCHER = "autograder.kernel_launcher"
 
 
 def unavailable_reason() -> str | None:
@@ -190,7 +191,11 @@ class SandboxedKernelManager(AsyncKernelManager):
         return spec
 
     def format_kernel_cmd(self, extra_arguments=None):
-        command = super().format_kernel_cmd(extra_arguments)
+        # ipykernel's launcher, with the imports every notebook makes done first (kernel_launcher.py)
+        command = [
+            LAUNCHER if part == "ipykernel_launcher" else part
+            for part in super().format_kernel_cmd(extra_arguments)
+        ]
         if self.sandboxed:
             return bwrap_command(Path(self.root), self.threads) + command
         return command

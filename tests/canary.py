@@ -7,7 +7,8 @@ where no script of a student ran leaves it undefined (printed as null). With --r
 page's entry also says what its reader sees, in a window 1280 pixels wide: {"pwned": ...,
 "maths": what MathJax made of the page once it finished ({"typeset": n, "drawn": n,
 "errors": n}; null without MathJax), "scrolling": outputs too wide for their box (they
-scroll sideways), "outside": the URLs the page asked for beyond the disk}. Nothing leaves
+scroll sideways), "images": {"shown": n, "broken": n} (an image that did not decode is broken),
+"outside": the URLs the page asked for beyond the disk}. Nothing leaves
 the machine: requests over the network are refused. Run as its own process by the tests,
 which kill it past a time limit: a browser that hangs fails the test.
 """
@@ -35,6 +36,8 @@ TYPESET = f"""() => new Promise(resolve => {{
 }})"""
 SCROLLING = """() => [...document.querySelectorAll("div.output_area pre")]
   .filter(pre => pre.scrollWidth > pre.clientWidth + 1).length"""
+IMAGES = """() => ({shown: document.images.length,
+  broken: [...document.images].filter(img => !img.complete || img.naturalWidth === 0).length})"""
 LOCAL = ("file:", "data:", "about:", "blob:")
 
 
@@ -63,7 +66,8 @@ def main(pages: list[str], read: bool) -> None:
             if read:
                 typeset = page.evaluate(TYPESET)
                 scrolling = page.evaluate(SCROLLING)
-                seen = {"maths": typeset, "scrolling": scrolling, "outside": outside[:]}
+                images = page.evaluate(IMAGES)
+                seen = {"maths": typeset, "scrolling": scrolling, "images": images, "outside": outside[:]}
                 canaries[path] = {"pwned": pwned, **seen}
             else:
                 canaries[path] = pwned

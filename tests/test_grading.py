@@ -25,6 +25,7 @@ import pytest
 from nbformat.v4 import new_code_cell
 from nbgrader.api import Gradebook
 
+import autograder.dispatch as dispatch
 import autograder.grading as grading
 from autograder.checks import CHECKS
 from autograder.cli import main
@@ -32,7 +33,7 @@ from autograder.core import Mistake, Verdict
 from autograder.paths import assignments
 from autograder.reference import assignment_of, mistakes
 
-from .feedback import page_text
+from .feedback import page_text, report_tables
 from .machine import needs_sandbox
 from .submissions import (
     checks_of,
@@ -119,13 +120,15 @@ def test_every_mistake_costs_points_and_is_named(mutant):
     """Handed in as a notebook, each catalogued mistake costs points (not necessarily all of a
     check), or fails a concern that is advice only, worth none; and the verdicts of the visible
     and the hidden test cell of each check that catalogues it, judged on the batch's cases,
-    name it (as the feedback page will)."""
+    name it (as the feedback page will), in words and as data (as the class report counts it)."""
     verdicts = _own_verdicts(mutant)
     assert {name for name, _ in verdicts} == set(mutant.named_by)
     advice = any(not part.passed for v in verdicts.values() for part in v.parts)
     assert _costly(verdicts) or advice, f"{mutant.student} earns every point and fails no advice"
     for (name, hidden), verdict in verdicts.items():
         assert f"Looks like: {mutant.named_by[name]}" in verdict.message, (name, hidden, verdict.message)
+        findings = [f for f in (verdict.finding, *(part.finding for part in verdict.parts)) if f]
+        assert any(mutant.named_by[name] in f.mistakes for f in findings), (name, hidden, findings)
 
 
 RAISES, WRONG_VALUES, PART_OF_ITS_CHECK, ANOTHER_CHECK = (
@@ -301,6 +304,20 @@ def test_each_mistake_is_named_in_the_feedback(graded):
 
 
 @needs_sandbox
+def test_the_class_report_counts_each_mistake_named(graded):
+    """OUT/report.html, made from the graded class: each sampled mutant's mistake is listed under
+    its check with the students who made it."""
+    _, rows, out, *_ = graded
+    tables = report_tables(out / "report.html")
+    for mutant in _sample():
+        named = next(t for t in tables[f"check-{mutant.check}"] if t[0][0] == "known mistake named")
+        counted = {row[0]: int(row[1]) for row in named[1:]}
+        assert counted.get(mutant.mistake.name, 0) >= 1, (mutant.student, counted)
+        students = {s for s, notebook in rows if notebook == mutant.assignment}
+        assert all(n <= len(students) for n in counted.values())
+
+
+@needs_sandbox
 def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
     _, _, out, *_ = graded
     reference_lines = {
@@ -454,7 +471,7 @@ def test_hand_grades_come_back_when_the_course_is_lost(graded):
     assert _by_hand(out, marks) == {key: (0.5, "seen: rotation_matrix") for key in marks}
 
 
-REAL_GRADE_ONE = grading.grade_one
+REAL_GRADE_HERE = dispatch.grade_here
 
 
 def _untouched_class(folder: Path, *students: str) -> None:
@@ -464,17 +481,17 @@ def _untouched_class(folder: Path, *students: str) -> None:
         nbformat.write(release("07_rmsnorm"), folder / student / "07_rmsnorm.ipynb")
 
 
-def _dies_on_crasher(submission, *args):
-    """grade_one, except that it kills its worker process for the student named crasher."""
-    if submission.student == "crasher":
+def _dies_on_crasher(task):
+    """The worker's task, except that it kills its worker process for the student named crasher."""
+    if task.student == "crasher":
         os._exit(1)
-    return REAL_GRADE_ONE(submission, *args)
+    return REAL_GRADE_HERE(task)
 
 
 @needs_sandbox
 def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
     _untouched_class(tmp_path / "in", "crasher", "steady")
-    monkeypatch.setattr(grading, "grade_one", _dies_on_crasher)
+    monkeypatch.setattr(dispatch, "grade_here", _dies_on_crasher)
     results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2)}
     assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
     assert (results["crasher"].status, results["crasher"].reason) == (
@@ -483,18 +500,18 @@ def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
     )
 
 
-def _hangs_on_hanger(submission, *args):
-    """grade_one, except that its worker never finishes for the student named hanger."""
-    if submission.student == "hanger":
+def _hangs_on_hanger(task):
+    """The worker's task, except that it never finishes for the student named hanger."""
+    if task.student == "hanger":
         time.sleep(3600)
-    return REAL_GRADE_ONE(submission, *args)
+    return REAL_GRADE_HERE(task)
 
 
 @needs_sandbox
 def test_a_worker_that_hangs_is_killed_and_costs_only_its_own_notebook(tmp_path, monkeypatch):
     _untouched_class(tmp_path / "in", "hanger", "steady")
-    monkeypatch.setattr(grading, "grade_one", _hangs_on_hanger)
-    monkeypatch.setattr(grading, "WORKER_GRACE_S", 5)
+    monkeypatch.setattr(dispatch, "grade_here", _hangs_on_hanger)
+    monkeypatch.setattr(dispatch, "WORKER_GRACE_S", 5)
     limits = grading.Limits(notebook_timeout=20)
     results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2, limits=limits)}
     assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)

@@ -1,0 +1,344 @@
+"""Grade one notebook: what a grading worker does with one submission, from the file's bytes to
+its grades, feedback page and log, all returned as data.
+
+    worker = Worker(template, scratch, group, threads)   # once per worker process
+    graded = worker.grade(NotebookTask(student, notebook, content, seed, limits))
+
+A worker writes nothing to the output folder: it grades in a folder of its own (`scratch`) and the
+batch's process stores what comes back (record.store), so that the same task runs in a process of
+this machine or on a Dask worker elsewhere (dispatch.py). The notebook is graded in an nbgrader
+course of its own (its own copy of the gradebook), so workers never share a file. Its code runs in a
+sandboxed kernel (sandbox.py) started ahead of it (kernels.py); its checks are judged in the
+worker's process (preprocessors.JudgedExecute), which never runs student code.
+"""
+
+import hashlib
+import io
+import json
+import re
+import shutil
+import tarfile
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+
+from .build import generate_all, nbgrader_config
+from .clean import notebook_metadata
+from .feedback import exporter_config
+from .merged_course import automatic_grades, quiet_gradebook
+from .paths import SOLUTIONS
+from .report import Result, failed
+
+
+@dataclass(frozen=True)
+class Limits:
+    cell_timeout: int = 120  # seconds per cell
+    notebook_timeout: int = 900  # seconds for the whole notebook (wall clock)
+    output_lines: int = 1000  # nbgrader's LimitOutput keeps at most this many lines per output
+    output_bytes: int = 4 * 2**20  # output kept per notebook; the rest is dropped while it runs
+    memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS), and its sandbox's memory
+    processes: int = 256  # processes and threads of one sandbox, together
+    sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
+
+
+MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
+
+
+@dataclass(frozen=True)
+class NotebookTask:
+    """One submission to grade, as it travels to a worker."""
+
+    student: str
+    notebook: str  # the assignment, e.g. "04_rope"
+    path: str  # the submitted file (its copy in OUT/work/inbox), read there by workers of this machine
+    seed: int  # the batch's: the cases of every check derive from it (the same grades on a re-run)
+    limits: Limits
+    solutions: str  # the fingerprint of the solutions the batch grades with (a worker must have them)
+    content: bytes | None = None  # the file's bytes, for workers on other machines (dispatch.py)
+
+    def read(self) -> bytes:
+        if self.content is not None:
+            return self.content
+        with open(self.path, "rb") as file:  # bounded: a file past the limit is refused unread
+            return file.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+@dataclass(frozen=True)
+class Graded:
+    """What grading one notebook gave, as data for the batch's process to store."""
+
+    result: Result
+    log: str  # the grader's log of this notebook (what was restored, refused, each verdict)
+    feedback: bytes = b""  # the feedback page (HTML); empty where there is none
+    submitted: bytes = b""  # the notebook as nbgrader took it (outputs dropped): OUT/course/submitted
+    autograded: bytes = b""  # the notebook as graded, its outputs cleaned: OUT/course/autograded
+    grades: dict = field(default_factory=dict)  # nbgrader's automatic grades and comments, per cell
+    kernel_log: bytes = b""  # the start of what the sandboxed kernel process printed
+
+
+# ------------------------------------------------------------------------------ the template
+
+
+def solutions_fingerprint() -> str:
+    """One hash over every file of solutions/: the tests and references a batch is graded with."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in SOLUTIONS.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(SOLUTIONS)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def prepare_template(work: Path) -> Path:
+    """nbgrader's gradebook with every assignment, generated once into `work`; each notebook is
+    graded in a copy of it."""
+    template = work / "template"
+    fingerprint = solutions_fingerprint()
+    if (template / "gradebook.db").exists():
+        if (template / "solutions_sha256").read_text() != fingerprint:
+            raise SystemExit(
+                f"solutions/ changed since {work.parent} was first graded; grade into a new output folder"
+            )
+        return template
+    staging = work / "template.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(SOLUTIONS, staging / "source", ignore=shutil.ignore_patterns("__pycache__"))
+    generate_all(nbgrader_config(staging, staging / "source", staging / "gradebook.db"))
+    (staging / "solutions_sha256").write_text(fingerprint)
+    staging.rename(template)
+    return template
+
+
+def pack_template(template: Path) -> bytes:
+    """The template as one archive, for workers on other machines (about 2 MB)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(template, arcname=".")
+    return buffer.getvalue()
+
+
+def unpack_template(packed: bytes, folder: Path) -> Path:
+    """A template packed by `pack_template` (the batch's own process made it: trusted)."""
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as archive:
+        archive.extractall(folder, filter="data")
+    return folder
+
+
+# ------------------------------------------------------------------------------ nbgrader's settings
+
+
+def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worker):
+    """nbgrader's settings for grading a submission in the course `run` (and writing its feedback
+    page). `worker` (this machine's side of a batch): `scratch` (where sandboxes are made), `group`
+    (the batch's cgroup), `threads` (math threads per kernel), `page_depth` (folders between the
+    page and a feedback folder: 1 for OUT/feedback/<student>/<nb>.html), `kernels_ahead`."""
+    threads = worker.get("threads", 1)
+    return nbgrader_config(
+        run,
+        template / "source",
+        run / "gradebook.db",
+        # No course id: grading needs no exchange, and nbgrader warns about a missing one otherwise.
+        CourseDirectory={"course_id": ""},
+        Autograde={
+            "sanitize_preprocessors": [
+                "nbgrader.preprocessors.ClearOutput",
+                "nbgrader.preprocessors.DeduplicateIds",
+                "nbgrader.preprocessors.OverwriteKernelspec",
+                "autograder.preprocessors.Canonicalize",
+                "nbgrader.preprocessors.OverwriteCells",
+                "nbgrader.preprocessors.CheckCellMetadata",
+            ],
+            "autograde_preprocessors": [
+                "autograder.preprocessors.JudgedExecute",
+                "autograder.clean.FenceStudentMarkdown",
+                "autograder.clean.CleanMetadata",  # before grades are saved: the stored notebook is clean
+                "nbgrader.preprocessors.IgnorePattern",
+                "nbgrader.preprocessors.LimitOutput",
+                "nbgrader.preprocessors.SaveAutoGrades",
+                "nbgrader.preprocessors.AssignLatePenalties",
+                "nbgrader.preprocessors.CheckCellMetadata",
+            ],
+        },
+        JudgedExecute={
+            "timeout": limits.cell_timeout,
+            "notebook_timeout": limits.notebook_timeout,
+            "output_bytes": limits.output_bytes,
+            "batch_seed": seed,
+            "sandbox_parent": worker.get("scratch", ""),
+            "sandboxed": limits.sandboxed,
+            "kernel_log": str(run / "kernel.log"),
+            "reasons_file": str(run / "reasons.json"),
+            "verdicts_file": str(run / "verdicts.json"),
+            "kernels_ahead": worker.get("kernels_ahead", False),
+        },
+        SandboxedKernelManager={
+            "memory_bytes": limits.memory_bytes,
+            # CPU time: the wall limit's worth on every thread, so only a runaway process hits it
+            "cpu_seconds": limits.notebook_timeout * threads + 60,
+            "threads": threads,
+            "processes": limits.processes,
+            "batch_group": worker.get("group", ""),
+        },
+        Canonicalize={
+            "release_directory": str(template / "release"),
+            "failure_file": str(run / "refused.txt"),
+        },
+        # Students' HTML and JavaScript outputs must not run in the instructor's browser
+        # (feedback pages, formgrader): nbconvert keeps <script> unless asked to sanitise.
+        HTMLExporter={"sanitize_html": True},
+        LimitOutput={"max_lines": limits.output_lines},
+        GenerateFeedback={
+            "preprocessors": [
+                "nbgrader.preprocessors.GetGrades",
+                "autograder.feedback.NameQuestions",  # before the hidden checks' calls are hidden
+                "autograder.preprocessors.HideHiddenTests",
+                "autograder.preprocessors.PlainErrors",
+                "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+            ],
+            # The course's page (summary, wrapped verdicts, MathJax beside the pages: feedback.py).
+            "HTMLExporter": exporter_config(worker.get("page_depth", 1)),
+        },
+    )
+
+
+# ------------------------------------------------------------------------------ one notebook
+
+
+def read_notebook(raw: bytes) -> tuple[nbformat.NotebookNode, str]:
+    """The submission as an nbformat 4 notebook without outputs, and what reading it involved.
+
+    Lenient where a student's work is still there: text that is not UTF-8 (read as Latin-1),
+    an older nbformat (upgraded), a notebook saved with huge outputs (outputs are dropped:
+    the grader runs it again anyway).
+    """
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+    notes = []
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+        notes.append("[course] the file is not UTF-8: read as Latin-1")
+    original = nbformat.reader.reads(text)  # parsed, not yet converted
+    if original.get("nbformat") != 4:
+        notes.append(f"[course] saved as nbformat {original.get('nbformat')}: upgraded to 4")
+    if "colab" in original.get("metadata", {}):
+        notes.append("[course] saved by Google Colab")
+    notebook = nbformat.convert(original, 4)
+    if notebook.nbformat_minor < 5:  # cell ids (which editors write anyway) are valid from 4.5 on
+        notebook = nbformat.v4.upgrade(notebook, from_version=4, from_minor=notebook.nbformat_minor)
+    notebook.metadata = notebook_metadata(notebook.metadata)  # what OUT/course/submitted keeps
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    return notebook, "\n".join(notes)
+
+
+class UnfitWorker(RuntimeError):
+    """A worker that cannot grade for this batch (other solutions: its grades would differ); the
+    batch stops with this message."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What a grading worker process holds for every notebook it grades."""
+
+    template: Path  # the batch's nbgrader template (prepare_template)
+    scratch: Path  # a folder of this machine's, where notebooks are graded and sandboxes made
+    group: str = ""  # the batch's cgroup on this machine ("": none)
+    threads: int = 1  # math library threads of each kernel
+    # The fingerprint of the solutions this worker judges with (its own copy of the course's)
+    solutions: str = field(default_factory=solutions_fingerprint)
+
+    def grade(self, task: NotebookTask) -> Graded:
+        """Autograde one notebook; never raises for a bad submission (the result says `failed`)."""
+        if task.solutions != self.solutions:
+            raise UnfitWorker(
+                f"the solutions/ of the grading worker in {self.scratch} differ from those of the batch: "
+                "each worker needs the same version of the course (README, Instructors)"
+            )
+        run = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
+        try:
+            return self._autograde(task, run)
+        except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
+            reason = f"the grader could not process this notebook ({type(error).__name__})"
+            return Graded(failed(task.student, task.notebook, reason), traceback.format_exc())
+        finally:
+            shutil.rmtree(run, ignore_errors=True)
+
+    def _autograde(self, task: NotebookTask, run: Path) -> Graded:
+        student, assignment = task.student, task.notebook
+        try:
+            notebook, notes = read_notebook(task.read())
+        except Exception as error:
+            reason = f"not a readable notebook: {str(error).splitlines()[0][:200]}"
+            return Graded(failed(student, assignment, reason), reason)
+        submitted = run / "submitted" / student / assignment / f"{assignment}.ipynb"
+        submitted.parent.mkdir(parents=True)
+        nbformat.write(notebook, submitted)
+        shutil.copy(self.template / "gradebook.db", run / "gradebook.db")
+
+        config = grading_config(
+            run,
+            self.template,
+            task.limits,
+            task.seed,
+            scratch=str(self.scratch),
+            group=self.group,
+            threads=self.threads,
+            kernels_ahead=True,
+        )
+        nbgrader = NbGraderAPI(config=config)
+        with quiet_gradebook():
+            outcome = nbgrader.autograde(assignment, student, force=True, create=True)
+        log = "\n".join(
+            filter(
+                None,
+                [notes, _actionable(outcome.get("log")), "" if outcome["success"] else outcome.get("error")],
+            )
+        )
+        kernel_log = _read(run / "kernel.log")
+        if not outcome["success"]:
+            refused = run / "refused.txt"
+            reason = refused.read_text() if refused.exists() else "nbgrader could not run this notebook"
+            return Graded(failed(student, assignment, reason), log, kernel_log=kernel_log)
+        with Gradebook(f"sqlite:///{run / 'gradebook.db'}") as gradebook:
+            graded = gradebook.find_submission(assignment, student)
+            score, max_score, manual = graded.score, graded.max_score, graded.needs_manual_grade
+            grades = automatic_grades(gradebook, assignment, student)
+        with quiet_gradebook():
+            feedback = nbgrader.generate_feedback(assignment, student, force=True)
+        page = _read(run / "feedback" / student / assignment / f"{assignment}.html")
+        if not (feedback["success"] and page):  # graded all the same; the log says why the page is missing
+            log += f"\n[course] no feedback page was written:\n{feedback.get('error') or feedback.get('log')}"
+        reasons = run / "reasons.json"
+        reason = "; ".join(json.loads(reasons.read_text())) if reasons.exists() else ""
+        verdicts = run / "verdicts.json"
+        checks = tuple(json.loads(verdicts.read_text())) if verdicts.exists() else ()
+        status = "needs_manual_grading" if manual else "graded"
+        return Graded(
+            Result(student, assignment, score, max_score, status, reason, checks=checks),
+            log,
+            feedback=page,
+            submitted=submitted.read_bytes(),
+            autograded=_read(run / "autograded" / student / assignment / f"{assignment}.ipynb"),
+            grades=grades,
+            kernel_log=kernel_log,
+        )
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.is_file() else b""
+
+
+# nbgrader's own report of a locked cell it put back, said already in words by Canonicalize
+# ("cell rmsnorm_test: source changed: restored"); for hidden-test cells it fires on every notebook.
+NBGRADER_NOISE = re.compile(r"^\[WARNING\] Attribute '\w+' for cell \S+ has changed! \(should be: .*\)$")
+
+
+def _actionable(log: str | None) -> str:
+    """nbgrader's log of a run without the lines an instructor cannot act on."""
+    return "\n".join(line for line in (log or "").splitlines() if not NBGRADER_NOISE.match(line))

@@ -1,0 +1,153 @@
+"""The Dask implementation of dispatch.Dispatcher: `course grade ... --dask ADDRESS`.
+
+ADDRESS is a Dask scheduler's (`tcp://host:8786`), whose workers may run on other machines, or
+`local[:N]` for a LocalCluster of N worker processes on this machine (default: one per CPU). Each
+worker grades one notebook at a time with autograde.Worker: it needs the course installed (the same
+version: a worker with other solutions stops the batch) and bubblewrap, nothing else. A notebook
+travels to it as bytes with its task, what grading it gave comes back as data, and only the batch's
+process writes the output folder (README, "Grading on a Dask cluster").
+"""
+
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import dask
+from distributed import Client, LocalCluster, WorkerPlugin, get_worker, wait
+from distributed.scheduler import KilledWorker
+
+from . import cgroup
+from .autograde import Graded, Limits, NotebookTask, UnfitWorker, Worker, pack_template, unpack_template
+from .dispatch import WORKER_DIED, Batch, failure, patience, worker_bytes
+from .exchange import remove_tree
+from .kernels import AHEAD
+
+LOCAL = re.compile(r"local(?::([1-9]\d*))?")
+
+
+class CourseWorker(WorkerPlugin):
+    """Makes each Dask worker a grading worker: an autograde.Worker of its own, made when the plugin
+    reaches the worker (also one that joins later) and removed with it.
+
+    A worker of this machine (`batch` given) makes its sandboxes in the batch's folder and cgroup,
+    which the batch removes even after a crash; a worker elsewhere makes a folder and a cgroup of its
+    own, and removes them when it closes.
+    """
+
+    name = "course-grader"
+
+    def __init__(self, packed_template: bytes, threads: int, batch: Batch | None):
+        self.packed_template, self.threads, self.batch = packed_template, threads, batch
+        self.worker: Worker | None = None
+        self.own_group = ""
+
+    def setup(self, worker=None) -> None:
+        scratch = Path(tempfile.mkdtemp(prefix="course-", dir=self.batch.scratch if self.batch else None))
+        if self.batch is not None:
+            group = self.batch.group
+        else:
+            group = f"course-batch-{secrets.token_hex(4)}"
+            self.own_group = group = group if cgroup.start_batch(group) else ""
+        template = unpack_template(self.packed_template, scratch / "template")
+        self.worker = Worker(template, scratch, group, self.threads)
+
+    def teardown(self, worker=None) -> None:
+        AHEAD.close()
+        if self.own_group:
+            cgroup.end_batch(self.own_group)
+        if self.worker is not None:
+            remove_tree(self.worker.scratch)
+
+
+def grade_on_worker(task: NotebookTask) -> Graded:
+    """The task a Dask worker runs: one notebook at a time (nbgrader's runs and the kernel started
+    ahead are the process's own), so a worker of several threads is refused."""
+    worker = get_worker()
+    if worker.state.nthreads != 1:
+        raise UnfitWorker(
+            f"the Dask worker {worker.address} runs {worker.state.nthreads} threads: start grading workers "
+            "with --nthreads 1 (docs/grading-at-scale.md)"
+        )
+    return worker.plugins[CourseWorker.name].worker.grade(task)
+
+
+class DaskCluster:
+    """The workers of a Dask cluster (see the module's docstring for `address`)."""
+
+    def __init__(self, address: str, limits: Limits, template: Path, batch: Batch):
+        self.limits, self.cluster = limits, None
+        local = LOCAL.fullmatch(address)
+        if local:
+            workers = int(local.group(1) or os.cpu_count() or 1)
+            # A notebook that kills its worker is tried once more, on another (as the local pool does).
+            with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+                self.cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,  # a worker grades one notebook at a time (kernels.py)
+                    processes=True,
+                    dashboard_address=None,
+                    memory_limit=worker_bytes(limits),  # the local pool's cap on a worker
+                    silence_logs=40,
+                )
+            self.client = Client(self.cluster)
+            threads, shared = max(1, (os.cpu_count() or 1) // workers), batch
+        else:
+            self.client = Client(address)
+            threads, shared = 1, None  # one math thread per kernel: run a worker per core (README)
+        self.client.register_plugin(
+            CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name
+        )
+
+    def close(self) -> None:
+        try:
+            self.client.unregister_worker_plugin(CourseWorker.name)  # each worker's teardown
+        finally:
+            self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
+
+    def graded(self, tasks: list[NotebookTask]) -> Iterator[tuple[NotebookTask, Graded]]:
+        """A few tasks in flight per worker (each carries its notebook's bytes), taken back as each
+        ends. One not back within two notebooks' patience of its submission (it may wait for one
+        notebook before it starts) is given up, and its worker restarted."""
+        waiting, running = deque(tasks), {}
+        longest = 2 * patience(self.limits)
+        while waiting or running:
+            window = 2 * max(1, sum(self.client.nthreads().values()))
+            while waiting and len(running) < window:
+                task = waiting.popleft()
+                future = self.client.submit(grade_on_worker, replace(task, content=task.read()), pure=False)
+                running[future] = (task, time.monotonic() + longest)
+            deadline = min(due for _, due in running.values())
+            try:
+                finished = wait(
+                    list(running),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    return_when="FIRST_COMPLETED",
+                ).done
+            except TimeoutError:
+                finished = set()
+            for future in finished:
+                task, _ = running.pop(future)
+                try:
+                    yield task, future.result()
+                except KilledWorker:
+                    yield task, failure(task, WORKER_DIED)
+            for future, (task, due) in list(running.items()):
+                if due <= time.monotonic():
+                    del running[future]
+                    self._give_up(future)
+                    yield task, failure(task, f"grading this notebook did not finish within {longest:g} s")
+
+    def _give_up(self, future) -> None:
+        """Cancel a task that hangs its worker, and restart that worker."""
+        hung = [address for address, keys in self.client.processing().items() if future.key in keys]
+        future.cancel()
+        if hung:
+            self.client.restart_workers(hung, raise_for_error=False)
