@@ -152,7 +152,8 @@ def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally]) 
         parts.append("<p class='none'>No notebook was scored.</p>")
     if checks:
         parts.append(
-            "<h3>Questions</h3><table><tr><th>check</th><th>points</th><th>mean</th>"
+            "<h3>Questions</h3><p>As the grader judged them (before any grade given by hand).</p>"
+            "<table><tr><th>check</th><th>points</th><th>mean</th>"
             "<th colspan='2'>students with all its points</th></tr>"
         )
         for name in sorted(checks):

@@ -8,6 +8,7 @@ travels to it as bytes with its task, what grading it gave comes back as data, a
 process writes the output folder (README, "Grading on a Dask cluster").
 """
 
+import functools
 import os
 import re
 import secrets
@@ -27,6 +28,7 @@ from .autograde import Graded, Limits, NotebookTask, UnfitWorker, Worker, pack_t
 from .dispatch import WORKER_DIED, Batch, failure, patience, worker_bytes
 from .exchange import remove_tree
 from .kernels import AHEAD
+from .sandbox import unavailable_reason
 
 LOCAL = re.compile(r"local(?::([1-9]\d*))?")
 
@@ -74,7 +76,12 @@ def grade_on_worker(task: NotebookTask) -> Graded:
             f"the Dask worker {worker.address} runs {worker.state.nthreads} threads: start grading workers "
             "with --nthreads 1 (docs/grading-at-scale.md)"
         )
+    if task.limits.sandboxed and (why := _sandbox_problem()):
+        raise UnfitWorker(f"the Dask worker {worker.address} cannot sandbox a kernel: {why}")
     return worker.plugins[CourseWorker.name].worker.grade(task)
+
+
+_sandbox_problem = functools.cache(unavailable_reason)  # asked once per worker process
 
 
 class DaskCluster:
@@ -98,7 +105,10 @@ class DaskCluster:
             self.client = Client(self.cluster)
             threads, shared = max(1, (os.cpu_count() or 1) // workers), batch
         else:
-            self.client = Client(address)
+            try:
+                self.client = Client(address, timeout=30)
+            except (OSError, ValueError, TimeoutError) as error:
+                raise SystemExit(f"cannot reach the Dask scheduler at {address}: {error}") from None
             threads, shared = 1, None  # one math thread per kernel: run a worker per core (README)
         self.client.register_plugin(
             CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name
@@ -136,9 +146,16 @@ class DaskCluster:
             for future in finished:
                 task, _ = running.pop(future)
                 try:
-                    yield task, future.result()
+                    graded = future.result()
                 except KilledWorker:
-                    yield task, failure(task, WORKER_DIED)
+                    graded = failure(task, WORKER_DIED)
+                except UnfitWorker:
+                    raise  # the batch stops, saying why
+                except Exception as error:  # the cluster lost it (cancelled, a worker's own failure)
+                    graded = failure(
+                        task, f"the Dask cluster gave no result for this notebook ({type(error).__name__})"
+                    )
+                yield task, graded
             for future, (task, due) in list(running.items()):
                 if due <= time.monotonic():
                     del running[future]

@@ -33,7 +33,7 @@ class KernelsAhead:
 
     def __init__(self) -> None:
         self._spare: tuple[Hashable, SandboxedKernelManager] | None = None
-        atexit.register(self.close)  # also where no worker teardown runs (a grade_one in a test, say)
+        atexit.register(self.close)  # also where no worker ends it (Worker.grade called in a test, say)
 
     def take(self, settings: Hashable) -> SandboxedKernelManager | None:
         """The kernel started ahead, if it was made with these `settings` and is still alive."""
