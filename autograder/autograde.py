@@ -79,6 +79,7 @@ class Graded:
     autograded: bytes = b""  # the notebook as graded, its outputs cleaned: OUT/course/autograded
     grades: dict = field(default_factory=dict)  # nbgrader's automatic grades and comments, per cell
     kernel_log: bytes = b""  # the start of what the sandboxed kernel process printed
+    retry: bool = False  # the grader's own failure (a worker died or hung): grade it again next run
 
 
 # ------------------------------------------------------------------------------ the template
@@ -289,7 +290,7 @@ class Worker:
             scratch=str(self.scratch),
             group=self.group,
             threads=self.threads,
-            kernels_ahead=True,
+            kernels_ahead=task.limits.sandboxed,  # unsandboxed, a kernel could reach the next one
         )
         nbgrader = NbGraderAPI(config=config)
         with quiet_gradebook():

@@ -22,6 +22,7 @@ from pathlib import Path
 from statistics import mean, median
 
 from .core import as_sentence
+from .paths import assignments
 from .reference import mistakes
 from .report import Result
 
@@ -74,6 +75,9 @@ def tally(rows: list[Result]) -> dict[str, dict[str, CheckTally]]:
 
 
 def write_class_report(path: Path, rows: list[Result]) -> None:
+    course = set(assignments())
+    unmatched = [r for r in rows if r.notebook not in course]  # files refused before any notebook
+    rows = [r for r in rows if r.notebook in course]
     tallies = tally(rows)
     notebooks = sorted({r.notebook for r in rows})
     students = len({r.student for r in rows})
@@ -84,6 +88,16 @@ def write_class_report(path: Path, rows: list[Result]) -> None:
     for notebook in notebooks:
         body.append(
             _notebook(notebook, [r for r in rows if r.notebook == notebook], tallies.get(notebook, {}))
+        )
+    if unmatched:
+        body.append(
+            "<section><h2>Files not taken as any notebook</h2><table><tr><th>file or student</th>"
+            "<th>notebook</th><th>why</th></tr>"
+            + "".join(
+                f"<tr><td>{_e(r.student)}</td><td>{_e(r.notebook)}</td><td>{_e(r.reason)}</td></tr>"
+                for r in unmatched
+            )
+            + "</table></section>"
         )
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from dataclasses import replace
 from pathlib import Path
 
@@ -110,9 +111,15 @@ class DaskCluster:
             except (OSError, ValueError, TimeoutError) as error:
                 raise SystemExit(f"cannot reach the Dask scheduler at {address}: {error}") from None
             threads, shared = 1, None  # one math thread per kernel: run a worker per core (README)
-        self.client.register_plugin(
-            CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name
-        )
+        try:
+            self.client.register_plugin(
+                CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name
+            )
+        except Exception as error:  # a worker could not take the course: nothing graded yet
+            self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
+            raise SystemExit(f"the Dask workers could not be set up for grading: {error}") from None
 
     def close(self) -> None:
         try:
@@ -143,6 +150,8 @@ class DaskCluster:
                 ).done
             except TimeoutError:
                 finished = set()
+            except CancelledError:  # the cluster cancelled some (lost its client, restarted)
+                finished = {future for future in running if future.status != "pending"}
             for future in finished:
                 task, _ = running.pop(future)
                 try:

@@ -50,8 +50,9 @@ class Batch:
 
 
 def failure(task: NotebookTask, reason: str) -> Graded:
-    """What a notebook gets whose worker died or hung (grading it gave nothing back)."""
-    return Graded(failed(task.student, task.notebook, reason), reason)
+    """What a notebook gets whose worker died or hung (grading it gave nothing back): the next
+    run grades it again, and it never replaces an earlier outcome of the same file (record.store)."""
+    return Graded(failed(task.student, task.notebook, reason), reason, retry=True)
 
 
 def patience(limits: Limits) -> float:

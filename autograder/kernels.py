@@ -51,8 +51,15 @@ class KernelsAhead:
         spare, self._spare = self._spare, None
         if spare is not None:
             await _stop(spare[1])
-        manager = make()
-        await manager.start_kernel(extra_arguments=KERNEL_ARGUMENTS)
+        manager = None
+        try:
+            manager = make()
+            await manager.start_kernel(extra_arguments=KERNEL_ARGUMENTS)
+        except Exception as error:  # the grader's trouble, not this notebook's: the next starts its own
+            logging.getLogger(__name__).warning("the next notebook's kernel could not start ahead: %s", error)
+            if manager is not None:
+                await _stop(manager)
+            return
         self._spare = (settings, manager)
 
     def close(self) -> None:

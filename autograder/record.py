@@ -86,8 +86,20 @@ def recorded(out: Path) -> dict[str, tuple[Result, str]]:
 def store(out: Path, submission: "Submission", graded: "Graded", digest: str) -> Result:
     """What grading one submission gave, into the record: its log, its feedback page (or a page
     saying it was not graded), what OUT/course is rebuilt from (work/runs/<student>/<nb>/), and
-    its outcome, last and atomically: a batch killed midway never leaves half a result."""
+    its outcome, last and atomically: a batch killed midway never leaves half a result. Where the
+    grader itself gave nothing back (`graded.retry`), an earlier outcome of the same file stands;
+    without one, the failure is kept without the file's hash, so that the next run grades it again."""
     student, notebook = submission.student, submission.notebook
+    if graded.retry:
+        saved = saved_result(out, student, notebook)
+        if saved and saved[1] == digest and saved[0].status != "failed":
+            note = f"[course] graded again, it gave nothing back ({graded.log}): the outcome above stands"
+            log = out / "logs" / student / f"{notebook}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as file:
+                file.write(f"\n{note}\n")
+            return saved[0]
+        digest = ""
     result = replace(
         graded.result, name=submission.name, late=submission.late, submitted_at=submission.submitted_at
     )

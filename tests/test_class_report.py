@@ -41,6 +41,7 @@ def _class() -> list[Result]:
     rows += [
         failed("broken", NOTEBOOK, f"not a readable notebook: {HOSTILE}"),
         missing("gone", NOTEBOOK, "Gone Away"),
+        failed(f"export/{HOSTILE}.pdf", "", "not a notebook of the course"),  # refused at intake
     ]
     return rows
 
@@ -83,6 +84,9 @@ def test_failed_and_missing_students_are_listed_and_student_text_is_escaped(page
     assert "<script" not in text and "onerror=" not in text.replace("onerror=&#x27;", "")
     overview = tables[""][0]
     assert overview[1][:5] == [NOTEBOOK, "8", "0", "1", "1"]
+    assert "10 students, 1 notebook." in text  # not the file refused before it was any notebook
+    unmatched = next(t for t in tables[""] if t[0] == ["file or student", "notebook", "why"])
+    assert unmatched[1:] == [[f"export/{HOSTILE}.pdf", "", "not a notebook of the course"]]
     assert len(re.findall(r"src='data:image/png;base64,", text)) == 1  # the histogram, in the page
 
 

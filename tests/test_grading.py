@@ -489,15 +489,25 @@ def _dies_on_crasher(task):
 
 
 @needs_sandbox
-def test_a_worker_that_dies_costs_only_its_own_notebook(tmp_path, monkeypatch):
+def test_a_worker_that_dies_costs_only_its_own_notebook_and_no_grade(tmp_path, monkeypatch):
+    """The grader's own failure is graded again by the next run, and never replaces a grade."""
     _untouched_class(tmp_path / "in", "crasher", "steady")
+    out = tmp_path / "out"
     monkeypatch.setattr(dispatch, "grade_here", _dies_on_crasher)
-    results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2)}
+    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2)}
     assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
     assert (results["crasher"].status, results["crasher"].reason) == (
         "failed",
         "the grader's worker died on this notebook (out of memory?)",
     )
+    monkeypatch.setattr(dispatch, "grade_here", REAL_GRADE_HERE)
+    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2)}
+    assert results["crasher"].status == "graded"  # retried; steady's unchanged file was not
+    monkeypatch.setattr(dispatch, "grade_here", _dies_on_crasher)
+    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2, again=True)}
+    assert (results["crasher"].status, results["crasher"].score) == ("graded", 0.0)
+    log = (out / "logs" / "crasher" / "07_rmsnorm.log").read_text()
+    assert "gave nothing back (the grader's worker died" in log and "the outcome above stands" in log
 
 
 def _hangs_on_hanger(task):

@@ -102,3 +102,32 @@ def test_the_probe_finds_what_is_left_where_it_can_see_it(tmp_path):
             os.kill(int(pid), signal.SIGKILL)
         for folder in ("/tmp", "/dev/shm"):
             Path(folder, "planted-by-the-first").unlink(missing_ok=True)
+
+
+class _StartsBadly:
+    """A kernel manager whose kernel cannot start (no room left in its root, say)."""
+
+    def __init__(self, root: Path):
+        self.root = str(root)
+
+    async def start_kernel(self, **_):
+        raise OSError("No space left on device")
+
+    async def shutdown_kernel(self, now=False):
+        raise RuntimeError("never started")
+
+    def end_process_group(self):
+        pass
+
+
+def test_a_kernel_that_cannot_start_ahead_costs_the_notebook_now_nothing(tmp_path, caplog):
+    """Starting the next kernel is the grader's business: its failure is logged, and the
+    notebook being graded goes on (the next one starts its kernel itself)."""
+    from autograder.kernels import KernelsAhead, run_sync
+
+    ahead = KernelsAhead()
+    root = tmp_path / "k-root"
+    root.mkdir()
+    run_sync(ahead.start_next)("settings", lambda: _StartsBadly(root))
+    assert ahead.take("settings") is None and not root.exists()  # its root removed
+    assert "could not start ahead: No space left on device" in caplog.text
