@@ -1,0 +1,40 @@
+"""The three places that pin the environment agree: pyproject.toml (the direct dependencies),
+requirements.lock (everything, what `make setup` installs) and environment.yml (conda, Binder)."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+
+
+def _pins(lines) -> dict[str, str]:
+    """name -> version of each `name==version` among `lines`, names as pip compares them."""
+    pins = {}
+    for line in lines:
+        if match := PIN.fullmatch(line.split("#")[0].strip()):
+            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def _pyproject() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = _pins(project["dependencies"])
+    assert len(pins) == len(project["dependencies"]), "every direct dependency is pinned with =="
+    return pins
+
+
+def test_environment_yml_pins_what_pyproject_pins():
+    environment = yaml.safe_load((REPO / "environment.yml").read_text())
+    [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
+    assert "-e ." in pip, "environment.yml installs the course package itself"
+    assert _pins(pip) == _pyproject()
+
+
+def test_the_lock_pins_every_direct_dependency_at_the_same_version():
+    lock = _pins((REPO / "requirements.lock").read_text().splitlines())
+    direct = _pyproject()
+    assert {name: lock.get(name) for name in direct} == direct
