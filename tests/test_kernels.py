@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+from jupyter_core.utils import run_sync
 from nbformat.v4 import new_code_cell
 
 from autograder.grading import grade
+from autograder.kernels import KernelsAhead
 
 from .machine import needs_sandbox
 from .submissions import perfect, solution_sources, with_answer
@@ -123,8 +125,6 @@ class _StartsBadly:
 def test_a_kernel_that_cannot_start_ahead_costs_the_notebook_now_nothing(tmp_path, caplog):
     """Starting the next kernel is the grader's business: its failure is logged, and the
     notebook being graded goes on (the next one starts its kernel itself)."""
-    from autograder.kernels import KernelsAhead, run_sync
-
     ahead = KernelsAhead()
     root = tmp_path / "k-root"
     root.mkdir()
