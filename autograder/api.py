@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import exchange, reference
+from . import exchange, progress, reference
 from .checks import CHECKS
 from .core import Case, CheckFailed, Expectation, Mistake, Verdict, expectations, judge, run_stage
 from .paths import EXPECTED
@@ -163,6 +163,8 @@ def check(name: str, obj: Any, *, hidden: bool = False) -> None:
         exchange.write_results(folder, name, hidden, run_stage(get_check(name), obj, cases))
         return
     verdict = evaluate(name, obj, hidden=hidden)
+    if not hidden:
+        progress.record(verdict)  # for the summary at the end of the notebook
     if not verdict.passed:
         raise CheckFailed(verdict)
     print(verdict)

@@ -4,6 +4,8 @@
                               hidden tests removed, no outputs, no widget state
     images/<name>.png         the output of each solution cell tagged `image:<name>.png`
     autograder/expected/*.pt  the visible cases of each check with the reference's outputs
+    autograder/expected/questions.json
+                              each notebook's questions, their checks and labels (progress.py)
     autograder/data/course_model.pt
                               the model notebook 08 trains and notebook 10 inspects (about a minute)
 
@@ -29,6 +31,7 @@ from . import api, language_model
 from .checks import CHECKS
 from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
 from .playground import one_thread
+from .progress import QUESTIONS, read_questions, write_questions
 from .reference import namespace
 
 # Files next to a source notebook that stay on the instructor's side.
@@ -123,6 +126,10 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
     known = assignments()
     if unknown := sorted(set(chosen) - set(known)):
         raise SystemExit(f"no assignment {', '.join(unknown)} in solutions/; known: {', '.join(known)}")
+    write_questions(
+        root / QUESTIONS.relative_to(REPO),
+        {a: read_questions(nbformat.read(source_notebook(a), as_version=4), a) for a in known},
+    )
     if checkpoint and CHECKPOINT_SOURCE in chosen:
         write_checkpoint(root / language_model.CHECKPOINT.relative_to(REPO))
     # First the visible cases, which the solution notebooks' checks read; on one thread, so that

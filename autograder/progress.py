@@ -1,0 +1,271 @@
+"""Where a student stands: the questions of each notebook, with their labels, and which pass.
+
+Each question's labels are written once, in the source notebook, on a line under its heading:
+
+    > **Difficulty** 🔴🔴⚪⚪⚪ · **Importance** 🔵🔵🔵🔵⚪ · **about 20 min**
+
+A question is a labelled markdown cell and the visible checks whose test cells follow it, up to
+the next labelled cell. `course build` stores every notebook's questions in
+autograder/expected/questions.json, so that a student's copy (which has no solutions/) knows them.
+
+Two summaries read it:
+- `progress("07_rmsnorm")`, the last cell of each notebook: the checks run in this kernel;
+- `course progress [FOLDER]`: every notebook of a working copy, from the verdicts its test cells
+  show since they were last run and saved (a self-learner's own record, not a grade).
+"""
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .cells import check_calls, is_test_cell
+from .paths import EXPECTED
+
+QUESTIONS = EXPECTED / "questions.json"
+LABEL = re.compile(
+    r"^> \*\*Difficulty\*\* (🔴*)(⚪*) · \*\*Importance\*\* (🔵*)(⚪*) · \*\*about (\d+) min\*\*$", re.M
+)
+# The head of a verdict as a check prints it ("[07.rmsnorm] passed (1/1):") and as a failed
+# check's error shows it ("CheckFailed: [07.rmsnorm] FAILED (0.75/1):").
+VERDICT = re.compile(r"\[(\d\d\.\w+)\] (passed|FAILED) \(([\d.]+)/([\d.]+)\)")
+
+
+@dataclass(frozen=True)
+class Question:
+    title: str  # the heading of its markdown cell, e.g. "Question 1: `RMSNorm._norm`"
+    checks: tuple[str, ...]  # its visible checks, in notebook order
+    difficulty: int  # 1 to 5
+    importance: int  # 1 to 5
+    minutes: int  # about how long it takes
+
+    @property
+    def labels(self) -> str:
+        return f"difficulty {self.difficulty}/5, importance {self.importance}/5, ~{self.minutes} min"
+
+
+def label_of(markdown: str, where: str) -> tuple[int, int, int] | None:
+    """(difficulty, importance, minutes) of a markdown cell's label line, None if it has none."""
+    found = LABEL.findall(markdown)
+    if not found:
+        if "**Difficulty**" in markdown:
+            raise ValueError(f"{where}: a label line that does not read as {LABEL.pattern}")
+        return None
+    if len(found) > 1:
+        raise ValueError(f"{where}: {len(found)} label lines in one cell")
+    hard, easy, important, unimportant, minutes = found[0]
+    if len(hard) + len(easy) != 5 or len(important) + len(unimportant) != 5 or not hard or not important:
+        raise ValueError(f"{where}: difficulty and importance take five symbols, at least one filled")
+    return len(hard), len(important), int(minutes)
+
+
+def heading_of(markdown: str) -> str:
+    """The question's heading: the cell's first that names a question or a check (a cell may open
+    with a section's heading), else its first."""
+    headings = [line.lstrip("#").strip() for line in markdown.splitlines() if line.startswith("#")]
+    named = [h for h in headings if h.startswith(("Question", "Check"))]
+    return (named or headings or [""])[0]
+
+
+def read_questions(notebook, where: str) -> list[Question]:
+    """The questions of a source or student notebook, in order; raises where a visible check has no
+    question or a label no check."""
+    questions: list[dict] = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown" and (label := label_of(cell.source, f"{where}, cell {index}")):
+            if questions and not questions[-1]["checks"]:
+                raise ValueError(f"{where}: the question {questions[-1]['title']!r} has no visible check")
+            difficulty, importance, minutes = label
+            questions.append(
+                {"title": heading_of(cell.source), "checks": [], "difficulty": difficulty}
+                | {"importance": importance, "minutes": minutes}
+            )
+        elif is_test_cell(cell):
+            for name, hidden in check_calls(cell.source):
+                if hidden:
+                    continue
+                if not questions:
+                    raise ValueError(f"{where}: the check {name} comes before any labelled question")
+                questions[-1]["checks"].append(name)
+    if questions and not questions[-1]["checks"]:
+        raise ValueError(f"{where}: the question {questions[-1]['title']!r} has no visible check")
+    return [Question(**{**q, "checks": tuple(q["checks"])}) for q in questions]
+
+
+def write_questions(path: Path, by_notebook: dict[str, list[Question]]) -> None:
+    data = {notebook: [asdict(q) for q in questions] for notebook, questions in sorted(by_notebook.items())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def course_questions(path: Path = QUESTIONS) -> dict[str, list[Question]]:
+    """Every notebook's questions, as `course build` stored them."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `course build` to create it")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {nb: [Question(**{**q, "checks": tuple(q["checks"])}) for q in qs] for nb, qs in data.items()}
+
+
+# ------------------------------------------------------------------------------ the summaries
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A check's last verdict: passed or not, and the visible points it earned."""
+
+    passed: bool
+    points: float
+    max_points: float
+
+
+def question_state(question: Question, seen: dict[str, Seen]) -> str:
+    """'passed' when every check of the question passed, 'failed' when one ran and failed, else 'to do'."""
+    verdicts = [seen.get(name) for name in question.checks]
+    if all(v is not None and v.passed for v in verdicts):
+        return "passed"
+    return "failed" if any(v is not None and not v.passed for v in verdicts) else "to do"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One notebook's row of the progress table."""
+
+    notebook: str
+    passed: int
+    total: int
+    points: float
+    max_points: float
+    minutes_left: int
+    next_question: Question | None
+
+
+def standing(notebook: str, questions: list[Question], seen: dict[str, Seen]) -> Standing:
+    from .checks import CHECKS
+
+    states = [question_state(q, seen) for q in questions]
+    names = [name for q in questions for name in q.checks]
+    left = [q for q, state in zip(questions, states, strict=True) if state != "passed"]
+    return Standing(
+        notebook,
+        passed=states.count("passed"),
+        total=len(questions),
+        points=sum(seen[n].points for n in names if n in seen),
+        max_points=sum(CHECKS[n].points for n in names),
+        minutes_left=sum(q.minutes for q in left),
+        next_question=left[0] if left else None,
+    )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def table(rows: list[Standing]) -> str:
+    """The progress table, plain text for a terminal or a notebook's output."""
+    header = ("notebook", "questions passed", "visible points", "time left", "next question")
+    lines = [header]
+    for row in rows:
+        upcoming = "all done" if row.next_question is None else _next(row.next_question)
+        lines.append(
+            (
+                row.notebook,
+                f"{row.passed}/{row.total}",
+                f"{_number(row.points)}/{_number(row.max_points)}",
+                f"~{row.minutes_left} min",
+                upcoming,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)) + "  " + line[-1]
+        for line in lines
+    ).rstrip()
+
+
+def _next(question: Question) -> str:
+    return f"{question.title.replace('`', '')} ({question.labels})"
+
+
+# ----------------------------------------------------------------- in the notebook: this kernel
+
+_verdicts: dict[str, Seen] = {}  # check name -> its last verdict in this kernel
+
+
+def record(verdict) -> None:
+    """Called by `check` in a student's kernel, passed or failed."""
+    _verdicts[verdict.check] = Seen(verdict.passed, verdict.points, verdict.max_points)
+
+
+def progress(notebook: str) -> None:
+    """Print this notebook's questions and where each stands in this kernel (the checks run since
+    it started), with the next question to do. Prints nothing in a grading kernel."""
+    from . import exchange
+
+    if exchange.directory() is not None:
+        return
+    questions = course_questions()[notebook]
+    row = standing(notebook, questions, _verdicts)
+    lines = [f"{notebook}: {row.passed} of {row.total} questions pass in this session "]
+    lines[0] += f"({_number(row.points)}/{_number(row.max_points)} visible points)."
+    for question in questions:
+        state = question_state(question, _verdicts)
+        lines.append(f"  {state:<7} {question.title.replace('`', '')} ({question.labels})")
+    if row.next_question is None:
+        lines.append("Every question passes its visible checks; hidden tests run when your work is graded.")
+    else:
+        lines.append(f"Next: {_next(row.next_question)}.")
+    lines.append(
+        "A check not run since the kernel started counts as to do; `course progress` sums up all 12."
+    )
+    print("\n".join(lines))
+
+
+# ------------------------------------------------------------- from a shell: a working copy
+
+
+def seen_in(notebook) -> dict[str, Seen]:
+    """The verdicts a saved notebook's outputs show, the last one of each check in cell order."""
+    seen: dict[str, Seen] = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                text = output.get("text", "")
+            elif output.get("output_type") == "error":
+                text = "\n".join(output.get("traceback", []))
+            else:
+                continue
+            for name, mark, points, max_points in VERDICT.findall(text if isinstance(text, str) else ""):
+                seen[name] = Seen(mark == "passed", float(points), float(max_points))
+    return seen
+
+
+def find_notebook(folder: Path, notebook: str) -> Path | None:
+    """A working copy's notebook: FOLDER/NN_topic/NN_topic.ipynb, or NN_topic.ipynb anywhere under FOLDER."""
+    usual = folder / notebook / f"{notebook}.ipynb"
+    if usual.is_file():
+        return usual
+    found = sorted(
+        p for p in folder.rglob(f"{notebook}.ipynb") if ".ipynb_checkpoints" not in p.parts and p.is_file()
+    )
+    return found[0] if found else None
+
+
+def folder_progress(folder: Path) -> tuple[str, list[str]]:
+    """The table for a working copy, and a note per notebook that could not be read."""
+    import nbformat
+
+    rows, notes = [], []
+    for notebook, questions in course_questions().items():
+        path = find_notebook(folder, notebook)
+        seen: dict[str, Seen] = {}
+        if path is None:
+            notes.append(f"{notebook}: no {notebook}.ipynb under {folder}")
+        else:
+            try:
+                seen = seen_in(nbformat.read(path, as_version=4))
+            except Exception as error:  # a notebook the student broke: say so, list the others
+                notes.append(f"{notebook}: {path} could not be read ({type(error).__name__}: {error})")
+        rows.append(standing(notebook, questions, seen))
+    return table(rows), notes

@@ -1,0 +1,160 @@
+"""Question labels, the progress table of a working copy, and the summary at the end of a notebook."""
+
+import nbformat
+import pytest
+
+from autograder import api, progress
+from autograder.checks import CHECKS
+from autograder.paths import assignments, source_notebook
+from autograder.progress import Question, Seen, course_questions, read_questions
+
+from .submissions import mistake, mutant, perfect, release
+
+LABEL = "> **Difficulty** 🔴🔴⚪⚪⚪ · **Importance** 🔵🔵🔵🔵⚪ · **about 20 min**"
+TEST = ("test", 'check("07.rmsnorm", F)')
+UNREADABLE = "> **Difficulty** 2 · **Importance** 4 · **about 5 min**"
+
+
+def test_every_visible_check_has_one_labelled_question_and_the_build_stored_them():
+    stored = course_questions()
+    assert list(stored) == assignments()
+    for assignment in assignments():
+        questions = read_questions(nbformat.read(source_notebook(assignment), as_version=4), assignment)
+        assert questions == stored[assignment]
+        named = [name for q in questions for name in q.checks]
+        assert sorted(named) == sorted(n for n in CHECKS if n.startswith(assignment[:2] + "."))
+        assert all(1 <= q.difficulty <= 5 and 1 <= q.importance <= 5 and q.minutes >= 1 for q in questions)
+        assert all(q.title.startswith(("Question", "Check", "The homework")) for q in questions), questions
+
+
+def _notebook(*cells) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook()
+    for kind, source in cells:
+        if kind == "test":
+            cell = nbformat.v4.new_code_cell(source)
+            cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "t", "points": 1}
+        else:
+            cell = nbformat.v4.new_markdown_cell(source)
+        notebook.cells.append(cell)
+    return notebook
+
+
+def test_a_label_is_read_from_under_its_heading():
+    notebook = _notebook(
+        ("md", f"## Part 1\n\n{LABEL}\n\n### Question 1: `f`\n\ntext"), ("test", 'check("07.rmsnorm", F)')
+    )
+    [question] = read_questions(notebook, "nb")
+    assert question == Question("Question 1: `f`", ("07.rmsnorm",), 2, 4, 20)
+    assert question.labels == "difficulty 2/5, importance 4/5, ~20 min"
+
+
+@pytest.mark.parametrize(
+    ("cells", "complaint"),
+    [
+        ((TEST,), "comes before any labelled question"),
+        ((("md", f"## Q\n\n{LABEL}"), ("md", f"## R\n\n{LABEL}"), TEST), "no visible"),
+        ((("md", f"## Q\n\n{LABEL}"),), "has no visible check"),
+        ((("md", f"## Q\n\n{UNREADABLE}"),), "does not read as"),
+        ((("md", f"## Q\n\n{UNREADABLE.replace('2', '🔴🔴').replace('4', '🔵')}"),), "five symbols"),
+        ((("md", f"## Q\n\n{LABEL.replace('⚪⚪⚪ ·', '⚪⚪⚪⚪ ·', 1)}"),), "five symbols"),
+        ((("md", f"## Q\n\n{LABEL}\n\n{LABEL}"),), "2 label lines"),
+    ],
+    ids=[
+        "check without a question",
+        "question without a check",
+        "last one too",
+        "unreadable",
+        "too few",
+        "six",
+        "two",
+    ],
+)
+def test_a_question_without_a_check_or_a_bad_label_is_refused(cells, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        read_questions(_notebook(*cells), "nb")
+
+
+def test_the_hidden_twin_of_a_check_is_not_a_question_of_its_own():
+    notebook = _notebook(("md", f"## Q\n\n{LABEL}"), ("test", 'check("07.rmsnorm", F, hidden=True)'))
+    with pytest.raises(ValueError, match="has no visible check"):
+        read_questions(notebook, "nb")
+
+
+def _run_tests_of(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Outputs as a kernel leaves them: each visible test cell's verdict, printed or raised."""
+    from .submissions import namespace, objects_for
+
+    names = namespace(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and cell.source.startswith("check(") and "hidden" not in cell.source:
+            name = cell.source.split('"')[1]
+            verdict = api.evaluate(name, objects_for(CHECKS[name], names))
+            cell.outputs = [
+                nbformat.v4.new_output("stream", name="stdout", text=f"{verdict}\n")
+                if verdict.passed
+                else nbformat.v4.new_output(
+                    "error",
+                    ename="CheckFailed",
+                    evalue=verdict.message,
+                    traceback=[f"CheckFailed: {verdict}"],
+                )
+            ]
+    return notebook
+
+
+def test_the_table_reads_a_working_copy(tmp_path):
+    dtype = mistake("07.rmsnorm", "DtypeNotPreserved")  # right in float32, wrong in bfloat16
+    half = _run_tests_of(mutant("07_rmsnorm", "rmsnorm", "RMSNorm", dtype))
+    (tmp_path / "07_rmsnorm").mkdir()
+    nbformat.write(half, tmp_path / "07_rmsnorm" / "07_rmsnorm.ipynb")
+    nbformat.write(_run_tests_of(perfect("04_rope")), tmp_path / "04_rope.ipynb")  # flat is fine
+    (tmp_path / "05_gated_ffn").mkdir()
+    (tmp_path / "05_gated_ffn" / "05_gated_ffn.ipynb").write_text("{ not json")
+    nbformat.write(release("06_moe"), tmp_path / "06_moe.ipynb")
+
+    table, notes = progress.folder_progress(tmp_path)
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert rows["04_rope"].split()[1:3] == ["3/3", "3/3"] and rows["04_rope"].endswith("all done")
+    assert rows["07_rmsnorm"].split()[1:3] == ["1/2", "1.75/2"]  # the bfloat16 part lost
+    assert "Check 2: the whole layer" in rows["07_rmsnorm"] and "~2 min" in rows["07_rmsnorm"]
+    assert rows["06_moe"].split()[1] == "0/4" and "Question 1" in rows["06_moe"]
+    assert any("05_gated_ffn" in note and "could not be read" in note for note in notes)
+    assert any(note.startswith("00_warmup: no 00_warmup.ipynb") for note in notes)
+    assert len(rows) == 12
+
+
+def test_the_summary_at_the_end_of_a_notebook_counts_this_kernels_checks(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "_verdicts", {})
+    progress.progress("07_rmsnorm")
+    before = capsys.readouterr().out
+    assert before.startswith("07_rmsnorm: 0 of 2 questions pass in this session (0/2 visible points).")
+    assert "Next: Question 1: RMSNorm._norm (difficulty 1/5" in before
+    progress.record(api.evaluate("07.rmsnorm_norm", _reference("07.rmsnorm_norm")))
+    progress.progress("07_rmsnorm")
+    after = capsys.readouterr().out
+    assert (
+        "1 of 2 questions pass" in after and "  passed  Question 1" in after and "  to do   Check 2" in after
+    )
+
+
+def test_the_summary_prints_nothing_in_a_grading_kernel(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("COURSE_EXCHANGE", str(tmp_path))
+    from autograder import exchange
+
+    assert exchange.directory() is not None, "the variable's name changed: update this test"
+    progress.progress("07_rmsnorm")
+    assert capsys.readouterr().out == ""
+
+
+def test_a_failed_check_counts_as_failed_not_to_do():
+    question = Question("Q", ("a.x", "a.y"), 1, 1, 5)
+    assert progress.question_state(question, {}) == "to do"
+    assert progress.question_state(question, {"a.x": Seen(True, 1, 1)}) == "to do"
+    assert progress.question_state(question, {"a.y": Seen(False, 0.5, 1)}) == "failed"
+    assert progress.question_state(question, {"a.x": Seen(True, 1, 1), "a.y": Seen(True, 1, 1)}) == "passed"
+
+
+def _reference(name: str):
+    from autograder import reference
+
+    return reference.reference_object(name, CHECKS[name].target)
