@@ -1,4 +1,4 @@
-"""The `course` command: build, grade, forget, check, list, lab."""
+"""The `course` command: build, release, grade, forget, check, progress, list, lab."""
 
 import argparse
 import os
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .paths import NOTEBOOKS
 from .report import Result, shown, summary
+from .student import add_commands as add_student_commands
 
 
 def _build(args) -> int:
@@ -25,6 +26,15 @@ def _build(args) -> int:
         print(f"stale: {name}")
     print("derived files are current" if not stale else "run `make build` and commit the result")
     return 1 if stale else 0
+
+
+def _release(args) -> int:
+    from .release import release
+
+    written = release(Path(args.out))
+    print(f"wrote {len(written)} files to {args.out}: the student notebooks, images, the checks package")
+    print("and its wheel, environment.yml, requirements.txt and a README for students")
+    return 0
 
 
 def _grade(args) -> int:
@@ -97,38 +107,6 @@ def summary_line(r: Result) -> str:
     return f"{shown(r.student):<20} {shown(r.notebook):<14} {r.status:<21} {score:>8} {shown(r.reason)}"
 
 
-def _check(args) -> int:
-    """Execute a notebook and print each test cell's verdict (visible checks only)."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    from .cells import check_calls, grade_id, is_test_cell
-
-    path = Path(args.notebook)
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=args.cell_timeout,
-        allow_errors=True,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute()
-    passed = total = 0
-    for cell in notebook.cells:
-        calls = check_calls(cell.source) if is_test_cell(cell) else []
-        if not calls or any(hidden for _, hidden in calls):  # a release's hidden cells call nothing
-            continue
-        total += 1
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors:
-            print(f"FAILED {grade_id(cell)}: {errors[0].ename}: {errors[0].evalue}")
-        else:
-            passed += 1
-            print(f"passed {grade_id(cell)}")
-    print(f"{passed}/{total} visible checks pass in {path.name}")
-    return 0 if passed == total else 1
-
-
 def _list(args) -> int:
     from .checks import CHECKS
 
@@ -181,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignments", nargs="*", help="rebuild only these (e.g. 01_attention); default: all")
     p.set_defaults(func=_build)
 
+    p = sub.add_parser("release", help="write what students get into a new folder (no solutions)")
+    p.add_argument("out", help="a new or empty folder")
+    p.set_defaults(func=_release)
+
     p = sub.add_parser("grade", help="grade a folder or zip of submissions")
     p.add_argument("submissions", help="folder of <student>/<nb>.ipynb or <student>_<nb>.ipynb, or a zip")
     p.add_argument("--out", required=True, help="where grades.csv and feedback/ go")
@@ -220,10 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--yes", action="store_true", help="remove; without it, only list what would be removed")
     p.set_defaults(func=_forget)
 
-    p = sub.add_parser("check", help="run a notebook and report its visible checks")
-    p.add_argument("notebook")
-    p.add_argument("--cell-timeout", type=int, default=300)
-    p.set_defaults(func=_check)
+    add_student_commands(sub)  # check, progress
 
     p = sub.add_parser("list", help="list the checks")
     p.add_argument("--points", action="store_true", help="how each check's points split (Markdown)")
