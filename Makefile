@@ -7,7 +7,7 @@ OUT ?= grading-output
 JOBS ?= 2
 GRADE_FLAGS ?=
 
-.PHONY: setup test build check-build lab grade lint clean
+.PHONY: setup test build check-build lab release grade lint clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,12 @@ notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/c
 
 lab: notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
+
+# What students get (README, "Releasing to students"), into OUT, new or empty; OUT must be given
+# (its default is grading's output folder).
+release: notebooks/.built
+	@test "$(origin OUT)" != file || { echo "usage: make release OUT=<new folder>"; exit 2; }
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course release "$(OUT)"
 
 grade: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_FLAGS)

@@ -17,12 +17,11 @@ Key: B batch, T sequence length, D hidden size, H heads, Dh = D // H, W window, 
 import functools
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from .paths import REPO
 
 Tensor = torch.Tensor
 
@@ -348,7 +347,7 @@ def _names_message(missing: list[str], unexpected: list[str]) -> str:
 # ------------------------------------------------------------------- the course's checkpoint
 
 # The model notebook 10 inspects, trained by `course build` for about a minute on 2 CPU cores.
-CHECKPOINT = REPO / "autograder" / "data" / "course_model.pt"
+CHECKPOINT = Path(__file__).resolve().parent / "data" / "course_model.pt"  # in the package, as released
 COURSE_MODEL = {  # Transformer(**COURSE_MODEL), then make_causal
     "vocabulary_size": len(ALPHABET),
     "hidden_size": 64,

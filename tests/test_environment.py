@@ -31,6 +31,7 @@ def test_environment_yml_pins_what_pyproject_pins():
     environment = yaml.safe_load((REPO / "environment.yml").read_text())
     [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
     assert "-e ." in pip, "environment.yml installs the course package itself"
+    assert pip[0] == "--extra-index-url https://download.pytorch.org/whl/cpu", "PyTorch's CPU build"
     assert _pins(pip) == _pyproject()
 
 
