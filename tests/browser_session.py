@@ -4,6 +4,10 @@
 
 SCENARIO "hints" (notebook 07): click the hint widget through to the solution.
 SCENARIO "playground" (notebook 00): press Train in the spirals playground, see it redraw.
+SCENARIO "release" (notebook 07 as released, answered with a known mistake): Run All stops at the
+    first check, which names the mistake; run the hint widget's cell by hand, click through the
+    hints, and Show solution says that the release holds none.
+SCENARIO "formgrader" (URL: a graded course's /formgrader): the assignment and its student are listed.
 
 Run as its own process by test_browser.py, which kills it (and its Chromium) past a time
 limit: a browser that hangs must fail the test, not stall the suite.
@@ -17,7 +21,12 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 HINTS = 4  # 07.rmsnorm_norm has four hints
-FIRST_CHECK = {"hints": "[07.rmsnorm_norm] passed", "playground": "[00.neuron] passed"}
+# What the first test cell shows once Run All reached it.
+FIRST_CHECK = {
+    "hints": "[07.rmsnorm_norm] passed",
+    "playground": "[00.neuron] passed",
+    "release": "[07.rmsnorm_norm] FAILED",
+}
 
 
 def run_all(page) -> None:
@@ -25,13 +34,23 @@ def run_all(page) -> None:
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
 
-def click_hints_then_solution(page) -> None:
+def click_hints_then_solution(page, solution: str = "Reference solution:") -> None:
     hint = page.locator("button", has_text="Hint (").first
     for _ in range(HINTS):
         hint.click()
     page.get_by_text(f"Hint {HINTS}:").first.wait_for()
     page.locator("button", has_text="Show solution").first.click()
-    page.get_by_text("Reference solution:").first.wait_for()
+    page.get_by_text(solution).first.wait_for()
+
+
+def fail_then_study(page) -> None:
+    """Run All stopped at the failing check, whose message names the mistake. Then the student runs
+    the widget's cell by hand and asks for hints and the solution, which a release does not hold."""
+    page.get_by_text("Looks like:").first.wait_for()
+    cell = page.locator(".jp-CodeCell", has_text='study("07.rmsnorm_norm")').first
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    click_hints_then_solution(page, solution="not available in this copy of the course")
 
 
 def train_in_playground(page) -> None:
@@ -48,7 +67,34 @@ def train_in_playground(page) -> None:
         summary.first.wait_for(timeout=60_000)
 
 
-SCENARIOS = {"hints": click_hints_then_solution, "playground": train_in_playground}
+def formgrader(page, url: str, screenshot: str) -> None:
+    """The graded class as formgrader lists it: the assignment with its one submission, the student."""
+    page.goto(url)
+    page.get_by_text("07_rmsnorm").first.wait_for(timeout=60_000)
+    page.screenshot(path=screenshot.replace(".png", "-assignments.png"))
+    page.goto(url.split("?")[0].rstrip("/") + "/manage_students")
+    page.get_by_text("ann").first.wait_for(timeout=60_000)
+
+
+SCENARIOS = {
+    "hints": click_hints_then_solution,
+    "playground": train_in_playground,
+    "release": fail_then_study,
+}
+
+
+def run_notebook(page, url: str, scenario: str) -> None:
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    # The kernel is ready once the status bar says so; running earlier can be ignored.
+    page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=90_000)
+    run_all(page)
+    first = page.get_by_text(FIRST_CHECK[scenario]).first
+    try:
+        first.wait_for(timeout=60_000)
+    except PlaywrightTimeout:
+        run_all(page)  # the first request raced the kernel's start
+        first.wait_for(timeout=90_000)
 
 
 def main(url: str, screenshot: str, scenario: str) -> None:
@@ -66,22 +112,15 @@ def main(url: str, screenshot: str, scenario: str) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         try:
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            # The kernel is ready once the status bar says so; running earlier can be ignored.
-            page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=90_000)
-            run_all(page)
-            passed = page.get_by_text(FIRST_CHECK[scenario]).first
-            try:
-                passed.wait_for(timeout=60_000)
-            except PlaywrightTimeout:
-                run_all(page)  # the first request raced the kernel's start
-                passed.wait_for(timeout=90_000)
-            SCENARIOS[scenario](page)
+            if scenario == "formgrader":
+                formgrader(page, url, screenshot)
+            else:
+                run_notebook(page, url, scenario)
+                SCENARIOS[scenario](page)
+            print(f"browser session passed: {scenario}")
         finally:
             page.screenshot(path=screenshot)
             browser.close()
-    print(f"browser session passed: {scenario}")
 
 
 if __name__ == "__main__":

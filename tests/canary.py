@@ -1,6 +1,6 @@
 """Open HTML pages in headless Chromium and print, per page, what its canary says.
 
-    python tests/canary.py [--read] PAGE [PAGE ...]
+    python tests/canary.py [--read] [--screenshots=DIR] PAGE [PAGE ...]
 
 The red team's payloads set `window.PWNED` to a number naming the attack that ran; a page
 where no script of a student ran leaves it undefined (printed as null). With --read, each
@@ -9,7 +9,8 @@ page's entry also says what its reader sees, in a window 1280 pixels wide: {"pwn
 "errors": n}; null without MathJax), "scrolling": outputs too wide for their box (they
 scroll sideways), "images": {"shown": n, "broken": n} (an image that did not decode is broken),
 "outside": the URLs the page asked for beyond the disk}. Nothing leaves
-the machine: requests over the network are refused. Run as its own process by the tests,
+the machine: requests over the network are refused. With --screenshots, each page is saved as
+DIR/<n>-<page's file name>.png, as its reader sees it. Run as its own process by the tests,
 which kill it past a time limit: a browser that hangs fails the test.
 """
 
@@ -41,7 +42,7 @@ IMAGES = """() => ({shown: document.images.length,
 LOCAL = ("file:", "data:", "about:", "blob:")
 
 
-def main(pages: list[str], read: bool) -> None:
+def main(pages: list[str], read: bool, screenshots: Path | None) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     canaries = {}
     with sync_playwright() as p:
@@ -71,10 +72,13 @@ def main(pages: list[str], read: bool) -> None:
                 canaries[path] = {"pwned": pwned, **seen}
             else:
                 canaries[path] = pwned
+            if screenshots:
+                page.screenshot(path=screenshots / f"{len(canaries)}-{Path(path).stem}.png", full_page=True)
         browser.close()
     print(json.dumps(canaries))
 
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    main([a for a in arguments if a != "--read"], "--read" in arguments)
+    folder = next((Path(a.split("=", 1)[1]) for a in arguments if a.startswith("--screenshots=")), None)
+    main([a for a in arguments if not a.startswith("--")], "--read" in arguments, folder)

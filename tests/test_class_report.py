@@ -91,11 +91,11 @@ def test_failed_and_missing_students_are_listed_and_student_text_is_escaped(page
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
-def test_in_a_browser_offline_no_script_runs_and_the_figures_draw(page):
-    done = subprocess.run(
-        [sys.executable, str(CANARY), "--read", str(page)], capture_output=True, text=True, timeout=180
-    )
+def test_in_a_browser_offline_no_script_runs_and_the_figures_draw(page, tmp_path):
+    command = [sys.executable, str(CANARY), "--read", f"--screenshots={tmp_path}", str(page)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)[str(page)]
     assert seen["pwned"] is None and seen["outside"] == []
     assert seen["images"] == {"shown": 1, "broken": 0}
+    assert (tmp_path / "1-report.png").stat().st_size > 10_000  # what the instructor sees

@@ -22,6 +22,7 @@ from autograder.feedback import MATHJAX_FOLDER, question
 from autograder.reference import assignment_of, mistakes
 
 from .feedback import page_text
+from .jupyter_server import browse, running_lab
 from .submissions import mutant
 
 ASSIGNMENT = "07_rmsnorm"
@@ -87,9 +88,9 @@ def test_mathjax_comes_from_beside_the_page(pages, which):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
-def test_in_a_browser_offline_the_maths_renders_and_verdicts_wrap(pages):
+def test_in_a_browser_offline_the_maths_renders_and_verdicts_wrap(pages, tmp_path):
     done = subprocess.run(
-        [sys.executable, str(CANARY), "--read", *map(str, pages.values())],
+        [sys.executable, str(CANARY), "--read", f"--screenshots={tmp_path}", *map(str, pages.values())],
         capture_output=True,
         text=True,
         timeout=180,
@@ -101,6 +102,7 @@ def test_in_a_browser_offline_the_maths_renders_and_verdicts_wrap(pages):
         assert maths["typeset"] > 10 and maths["drawn"] == maths["typeset"] and maths["errors"] == 0, page
         assert seen["scrolling"] == 0, page  # every output fits its box at 1280 pixels
         assert seen["outside"] == [] and seen["pwned"] is None, page
+    assert len(list(tmp_path.glob("*.png"))) == len(pages)  # what the student and instructor see
 
 
 def test_a_question_is_named_by_the_checks_its_cell_calls():
@@ -109,3 +111,14 @@ def test_a_question_is_named_by_the_checks_its_cell_calls():
     assert question(hidden) == "07.rmsnorm (hidden cases)"
     assert question('check("00.a", f)\ncheck("00.b", g)') == "00.a (visible cases), 00.b (visible cases)"
     assert question("print(1)") is None and question("check(") is None
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
+def test_formgrader_lists_the_graded_class(pages, tmp_path):
+    """JupyterLab started in OUT/course, as the README says: formgrader lists the assignment and the
+    student the batch graded."""
+    course = pages["course"].parents[3]
+    with running_lab(course, cwd=course) as (base, token):
+        status, output = browse(f"{base}/formgrader?token={token}", tmp_path / "formgrader.png", "formgrader")
+    assert status == 0, output[-3000:]
+    assert (tmp_path / "formgrader-assignments.png").exists()

@@ -1,0 +1,428 @@
+"""The student's release: what it holds, that nothing of the instructor's leaks into it, and that
+it installs and checks a notebook in a fresh environment (also one saved by Google Colab).
+
+The fresh environment is a new venv with the release's wheel installed in it and nothing of the
+course: its third-party packages (torch, JupyterLab) are this environment's, reached through a
+.pth file, and so are their Jupyter data files (share/jupyter: the widgets' JupyterLab extension),
+as downloading them again would take minutes.
+"""
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import release as rel
+from autograder.checks import CHECKS
+from autograder.paths import SOLUTIONS, assignments, source_notebook
+from autograder.reference import mistakes
+
+from .jupyter_server import browse, running_lab
+from .submissions import mutant, perfect
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHORTEST_TELLING_LINE = 20  # shorter lines (`return x`, `x = x.float()`) are common to any code
+# `-m nbconvert`, not `jupyter nbconvert`, which may find another environment's script on PATH
+EXECUTE_IN_PLACE = ("-m", "nbconvert", "--to", "notebook", "--execute", "--inplace")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("release") / "transformer-internals"
+    rel.release(out)
+    return out
+
+
+def files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_it_holds_what_students_get(bundle):
+    names = {p.relative_to(bundle).as_posix() for p in files(bundle)}
+    for assignment in assignments():
+        assert f"notebooks/{assignment}/{assignment}.ipynb" in names
+    assert {"README.md", "environment.yml", "requirements.txt", "checks/pyproject.toml"} <= names
+    images = {p.name for p in (REPO / "images").glob("*.png")}
+    assert images == {p.name for p in (bundle / "images").iterdir()}
+    assert len(list(bundle.glob("transformer_internals_checks-*.whl"))) == 1
+    readme = (bundle / "README.md").read_text()
+    assert "{wheel}" not in readme and "course progress" in readme
+    assert "pip install -r requirements.txt" in readme
+
+
+def test_its_package_is_the_students_side_only(bundle):
+    package = bundle / "checks" / "autograder"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    checks = {f"checks/{p.name}" for p in (REPO / "autograder/checks").glob("*.py")}
+    assert modules == set(rel.STUDENT_MODULES) | checks
+    assert not any(p.name in {"mistakes.py", "gradebook.db"} or "solutions" in p.parts for p in files(bundle))
+    for path in package.rglob("*.pt"):
+        import torch
+
+        torch.load(path, weights_only=True)  # tensors and plain values only: nothing that runs
+
+
+def _between(source: str, begin: str, end: str) -> list[str]:
+    inside, found = False, []
+    for line in source.splitlines():
+        if line.strip() == begin:
+            inside = True
+        elif line.strip() == end:
+            inside = False
+        elif inside:
+            found.append(line.strip())
+    return found
+
+
+def _code_of_mistakes(path: Path) -> list[str]:
+    """The lines of the known mistakes' code, their advice strings left out (the visible
+    snapshots hold those, as they may)."""
+    tree = ast.parse(path.read_text())
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.Lambda):
+            body = node.body if isinstance(node.body, list) else [node.body]
+            for statement in body:
+                if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                    continue  # a docstring
+                lines += ast.get_source_segment(path.read_text(), statement).splitlines()
+    return [line.strip() for line in lines]
+
+
+def secrets() -> dict[str, str]:
+    """Telling lines of what must not leak, each with where it comes from.
+
+    Lines the student notebooks show anyway are left out, and so are lines of the package's own
+    source (`for block in self.blocks:` is in the model notebook 10 loads, and in a solution):
+    what the package holds is judged by test_package_answers.py, not here."""
+    given = set()
+    for path in (REPO / "notebooks").glob("*/*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            given |= {line.strip() for line in cell.source.splitlines()}
+    for path in (REPO / "autograder").rglob("*.py"):
+        given |= {line.strip() for line in path.read_text().splitlines()}
+    found = {}
+    for assignment in assignments():
+        source = nbformat.read(source_notebook(assignment), as_version=4)
+        for cell in source.cells:
+            for line in _between(cell.source, "### BEGIN SOLUTION", "### END SOLUTION"):
+                found[line] = f"a solution line of {assignment}"
+            for line in _between(cell.source, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"):
+                found[line] = f"a hidden test of {assignment}"
+        for line in _code_of_mistakes(SOLUTIONS / assignment / "mistakes.py"):
+            found[line] = f"the code of a known mistake of {assignment}"
+    return {
+        line: origin
+        for line, origin in found.items()
+        if len(line) >= SHORTEST_TELLING_LINE and line not in given and not line.startswith("#")
+    }
+
+
+def texts(path: Path) -> list[tuple[str, str]]:
+    """(where, text) of a file, and of each member of a zip (a wheel, a torch.save file)."""
+    data = path.read_bytes()
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            return [(f"{path}!{m}", archive.read(m).decode("utf-8", "ignore")) for m in archive.namelist()]
+    return [(str(path), data.decode("utf-8", "ignore"))]
+
+
+def test_no_file_holds_a_solution_a_hidden_test_or_a_mistake(bundle):
+    telling = secrets()
+    assert len(telling) > 500, "too few lines to look for: the test would find nothing"
+    leaks = []
+    for path in files(bundle):
+        if path.suffix == ".png":
+            continue
+        for where, text in texts(path):
+            lines = {line.strip() for line in text.splitlines()}
+            leaks += [f"{where}: {telling[line]}: {line}" for line in lines & telling.keys()]
+    assert not leaks, "\n".join(leaks[:20])
+
+
+def test_the_case_generators_are_not_in_it(bundle):
+    """Each check's cases come from the visible snapshot; the code that draws hidden ones is gone."""
+    released = "\n".join(p.read_text() for p in (bundle / "checks/autograder/checks").glob("*.py"))
+    generators = {check.cases.__qualname__.split(".")[0] for check in CHECKS.values()}
+    assert generators, "no generator names to look for"
+    kept = [name for name in generators if re.search(rf"^def {name}\(", released, re.M)]
+    assert not kept, f"case generators still in the release: {kept}"
+    assert rel.GENERATOR_STUB in released
+
+
+def test_the_environment_pins_equal_the_lock(bundle):
+    locked = rel.pins()
+    lines = (bundle / "requirements.txt").read_text().splitlines()
+    pinned = dict(line.split("==") for line in lines if "==" in line)
+    assert {rel.normalised(n) for n in pinned} == {rel.normalised(n) for n in rel.STUDENT_REQUIREMENTS}
+    assert all(locked[rel.normalised(name)] == version for name, version in pinned.items())
+    assert lines[0] == rel.TORCH_CPU_INDEX and lines[-1] == "./checks"
+    environment = (bundle / "environment.yml").read_text()
+    assert all(f"      - {line}\n" in environment for line in lines)
+
+
+# ------------------------------------------------------------------ in a fresh environment
+
+
+@pytest.fixture(scope="module")
+def fresh(bundle, tmp_path_factory) -> Path:
+    """A new venv with the release's wheel installed; returns its python."""
+    venv = tmp_path_factory.mktemp("venv") / "student"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ours = Path(
+        subprocess.run(
+            [sys.executable, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    Path(site, "third_party.pth").write_text(f"{ours}\n")  # torch & co.; its .pth files are not read
+    (venv / "share").mkdir(exist_ok=True)
+    (venv / "share" / "jupyter").symlink_to(Path(sys.prefix) / "share" / "jupyter")
+    (wheel,) = bundle.glob("*.whl")
+    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    subprocess.run(install, check=True)
+    return python
+
+
+def run_in(python: Path, *args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in {"COURSE_SOLUTIONS", "PYTHONPATH"}}
+    environment["PATH"] = f"{python.parent}{os.pathsep}{environment['PATH']}"
+    command = [str(a) for a in args]
+    return subprocess.run(command, cwd=cwd, env=environment | (env or {}), capture_output=True, text=True)
+
+
+def test_the_installed_package_is_the_releases_and_imports(fresh, tmp_path):
+    script = (
+        "import autograder, autograder.selfstudy, autograder.progress, autograder.playground, "
+        "autograder.language_model, autograder.student\n"
+        "print(autograder.__file__)\n"
+        "from autograder.selfstudy import solution_text\n"
+        "print(solution_text('07.rmsnorm'))\n"
+        "from autograder import evaluate\n"
+        "try:\n    evaluate('07.rmsnorm', None, hidden=True)\n"
+        "except LookupError as e:\n    print('hidden:', e)\n"
+    )
+    result = run_in(fresh, fresh, "-c", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    location, solution, hidden = result.stdout.splitlines()[:3]
+    assert location.startswith(str(fresh.parents[1])), location  # not the course's own copy
+    assert "not available" in solution
+    assert "visible cases only" in hidden
+
+
+ALL_VISIBLE_CHECKS = """
+import sys
+from autograder import evaluate
+from autograder.checks import CHECKS
+sys.path.insert(0, sys.argv[1])
+from submissions_reference import reference_of
+failed = [n for n, c in CHECKS.items() if not evaluate(n, reference_of(n, c.target)).passed]
+print(len(CHECKS), "checks;", "failed:", failed)
+sys.exit(bool(failed))
+"""
+
+REFERENCE_HELPER = """
+import json
+from functools import cache
+
+def _solution_names(path):
+    names = {"__name__": "reference"}
+    notebook = json.load(open(path))
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell["cell_type"] == "code" and (meta.get("solution") or meta.get("grade_id") == "imports"):
+            exec("".join(cell["source"]), names)
+    return names
+
+@cache
+def _names(number):
+    import glob
+    (path,) = glob.glob(f"{SOLUTIONS}/{number}_*/{number}_*.ipynb")
+    return _solution_names(path)
+
+def reference_of(name, target):
+    names = _names(name.split(".")[0])
+    return names[target] if isinstance(target, str) else tuple(names[t] for t in target)
+"""
+
+
+def test_every_visible_check_passes_on_the_reference_there(fresh, tmp_path):
+    """The release's checks, each without its case generator, still judge: the reference passes
+    all of them (its code read from solutions/ by this test, not by the package)."""
+    (tmp_path / "submissions_reference.py").write_text(f"SOLUTIONS = {str(SOLUTIONS)!r}\n" + REFERENCE_HELPER)
+    result = run_in(fresh, fresh, "-c", ALL_VISIBLE_CHECKS, tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert f"{len(CHECKS)} checks; failed: []" in result.stdout
+
+
+def test_course_check_and_progress_on_a_notebook(fresh, bundle, tmp_path):
+    work = tmp_path / "work"
+    (work / "07_rmsnorm").mkdir(parents=True)
+    untouched = bundle / "notebooks/07_rmsnorm/07_rmsnorm.ipynb"
+    failing = run_in(fresh, fresh.parent / "course", "check", untouched, cwd=tmp_path)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "FAILED 07.rmsnorm_norm: CheckFailed" in failing.stdout and "NotImplementedError" in failing.stdout
+
+    done = work / "07_rmsnorm/07_rmsnorm.ipynb"
+    nbformat.write(perfect("07_rmsnorm"), done)
+    passing = run_in(fresh, fresh.parent / "course", "check", done, cwd=tmp_path)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "2/2 visible checks pass" in passing.stdout
+
+    executed = run_in(fresh, fresh, *EXECUTE_IN_PLACE, done, cwd=work)
+    assert executed.returncode == 0, executed.stderr[-3000:]
+    last = nbformat.read(done, as_version=4).cells[-1]
+    summary = "".join(o.get("text", "") for o in last.outputs)
+    assert "07_rmsnorm: 2 of 2 questions pass in this session" in summary, summary
+    table = run_in(fresh, fresh.parent / "course", "progress", work, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith("07_rmsnorm"))
+    assert re.match(r"07_rmsnorm\s+2/2\s+2/2\s+~0 min\s+all done", row), row
+    first = next(line for line in table.stdout.splitlines() if line.startswith("00_warmup"))
+    assert "0/" in first and "Question 1" in first and "difficulty" in first, first
+
+
+def colab_saved(notebook: nbformat.NotebookNode, keep_nbgrader: bool) -> nbformat.NotebookNode:
+    """The notebook as Google Colab saves it: its own notebook metadata, an id per cell, and (where
+    it drops what it does not know) no nbgrader metadata."""
+    notebook.metadata = nbformat.from_dict(
+        {
+            "colab": {"provenance": [], "name": "07_rmsnorm.ipynb"},
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "language_info": {"name": "python"},
+        }
+    )
+    for index, cell in enumerate(notebook.cells):
+        nbgrader = cell.metadata.get("nbgrader")
+        kept = {"nbgrader": nbgrader} if keep_nbgrader and nbgrader else {}
+        cell.metadata = nbformat.from_dict({"id": f"c{index:04d}x", **kept})
+        if cell.cell_type == "code":
+            cell.metadata["colab"] = {"base_uri": "https://localhost:8080/"}
+    return notebook
+
+
+@pytest.mark.parametrize("keep_nbgrader", [True, False], ids=["nbgrader metadata kept", "dropped"])
+def test_a_notebook_saved_by_colab_runs_and_checks(fresh, tmp_path, keep_nbgrader):
+    path = tmp_path / "07_rmsnorm.ipynb"
+    nbformat.write(colab_saved(perfect("07_rmsnorm"), keep_nbgrader), path)
+    result = run_in(fresh, fresh.parent / "course", "check", path, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2/2 visible checks pass" in result.stdout
+    executed = run_in(fresh, fresh, *EXECUTE_IN_PLACE, path, cwd=tmp_path)
+    assert executed.returncode == 0, executed.stderr[-3000:]
+    outputs = [o for cell in nbformat.read(path, as_version=4).cells for o in cell.get("outputs", [])]
+    widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) == 2  # the hint widget of each question, drawn by the frontend
+    assert all('study("07.' in o["data"]["text/plain"] for o in widgets)  # and where it cannot draw
+    table = run_in(fresh, fresh.parent / "course", "progress", tmp_path, cwd=tmp_path)
+    assert re.search(r"^07_rmsnorm\s+2/2", table.stdout, re.M), table.stdout
+
+
+def test_make_release_needs_a_new_folder(bundle):
+    with pytest.raises(SystemExit, match="not empty"):
+        rel.release(bundle)
+    assert json.loads((bundle / "checks/autograder/expected/questions.json").read_text())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
+def test_in_a_browser_a_student_fails_a_check_and_asks_for_hints(fresh, bundle, tmp_path):
+    """JupyterLab of the fresh environment on a copy of the release, notebook 07 answered with a
+    known mistake: run all cells, read the failed check, then the hints; Show solution says that
+    the release holds none."""
+    copy = tmp_path / "course"
+    shutil.copytree(bundle / "notebooks", copy)
+    check = CHECKS["07.rmsnorm_norm"]
+    [eps_outside, *_] = mistakes("07.rmsnorm_norm")
+    answered = mutant("07_rmsnorm", check.answer_cell, check.target, eps_outside.impl)
+    nbformat.write(answered, copy / "07_rmsnorm/07_rmsnorm.ipynb")
+    with running_lab(copy, python=fresh) as (base, token):
+        url = f"{base}/lab/tree/07_rmsnorm/07_rmsnorm.ipynb?token={token}"
+        status, output = browse(url, tmp_path / "release.png", "release")
+    assert status == 0, output[-3000:]
+
+
+PRUNED = {
+    "first": '''"""A checks module."""
+
+import math
+
+import torch
+
+from ..core import Case, Check
+from .second import SHARED, only_for_cases
+
+SIZES = [1, 2]  # the generator's
+
+
+def helper(x):
+    return math.sqrt(x)
+
+
+# The generator's comment goes with it.
+@staticmethod
+def draw(g, hidden):
+    return [Case("c", {"x": torch.zeros(s)}) for s in SIZES + only_for_cases()]
+
+
+def run(obj, case):
+    return {"y": obj(case.inputs["x"]) * SHARED}
+
+
+FIRST = Check(name="00.first", target="f", cases=draw, run=run)
+CHECKS = [FIRST]
+''',
+    "second": '''import torch
+
+from ..core import Check
+
+SHARED = 2.0
+
+
+def only_for_cases():
+    return [3]
+
+
+def factory(sizes):
+    def cases(g, hidden):
+        return sizes
+    return cases
+
+
+SECOND = Check(name="00.second", target="g", cases=factory([4]), run=lambda o, c: {"y": torch.ones(1)})
+CHECKS = [SECOND]
+''',
+}
+
+
+def test_the_generators_and_what_only_they_use_are_taken_out():
+    pruned = rel.without_case_generators(PRUNED)
+    first, second = pruned["first"], pruned["second"]
+    for gone in ("def draw", "SIZES", "comment goes", "import math", "def helper", "only_for_cases", "torch"):
+        assert gone not in first, gone  # torch too: only the generator used it
+    assert "from .second import SHARED\n" in first and "def run" in first
+    assert f"cases={rel.GENERATOR_STUB}, run=run" in first
+    assert f"def {rel.GENERATOR_STUB}(generator, hidden):" in first
+    assert "def only_for_cases" not in second and "def factory" not in second and "SHARED = 2.0" in second
+    assert f"cases={rel.GENERATOR_STUB}, run=lambda" in second
+    for source in pruned.values():
+        compile(source, "pruned", "exec")
+        stub = source.index(f"def {rel.GENERATOR_STUB}")
+        assert source.index("from ..core import") < stub < source.index("Check(name=")
