@@ -7,7 +7,7 @@ OUT ?= grading-output
 JOBS ?= 2
 GRADE_FLAGS ?=
 
-.PHONY: setup test build check-build lab release grade lint clean
+.PHONY: setup test build check-build lab release release-out grade lint clean
 
 setup: $(STAMP)
 
@@ -45,9 +45,11 @@ lab: notebooks/.built
 
 # What students get (README, "Releasing to students"), into OUT, new or empty; OUT must be given
 # (its default is grading's output folder).
-release: notebooks/.built
-	@test "$(origin OUT)" != file || { echo "usage: make release OUT=<new folder>"; exit 2; }
+release: release-out notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course release "$(OUT)"
+
+release-out:  # first, before a build
+	@test "$(origin OUT)" != file || { echo "usage: make release OUT=<new folder>"; exit 2; }
 
 grade: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_FLAGS)
