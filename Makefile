@@ -43,12 +43,12 @@ notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/c
 lab: notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
 
-# What students get (README, "Releasing to students"), into OUT, new or empty; OUT must be given
-# (its default is grading's output folder).
-release: release-out notebooks/.built
+# What students get (README, "Releasing to students"), made from solutions/ into OUT, new or
+# empty; OUT must be given (its default is grading's output folder).
+release: release-out $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course release "$(OUT)"
 
-release-out:  # first, before a build
+release-out:  # first, before anything is installed
 	@test "$(origin OUT)" != file || { echo "usage: make release OUT=<new folder>"; exit 2; }
 
 grade: $(STAMP)

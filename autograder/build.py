@@ -126,10 +126,7 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
     known = assignments()
     if unknown := sorted(set(chosen) - set(known)):
         raise SystemExit(f"no assignment {', '.join(unknown)} in solutions/; known: {', '.join(known)}")
-    write_questions(
-        root / QUESTIONS.relative_to(REPO),
-        {a: read_questions(nbformat.read(source_notebook(a), as_version=4), a) for a in known},
-    )
+    write_questions(root / QUESTIONS.relative_to(REPO), read_all_questions())
     if checkpoint and CHECKPOINT_SOURCE in chosen:
         write_checkpoint(root / language_model.CHECKPOINT.relative_to(REPO))
     # First the visible cases, which the solution notebooks' checks read; on one thread, so that
@@ -144,6 +141,11 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
     for assignment in chosen:
         for name, png in figures(execute_source(assignment)).items():
             (images / name).write_bytes(png)
+
+
+def read_all_questions() -> dict[str, list]:
+    """Every assignment's questions, read from its source notebook."""
+    return {a: read_questions(nbformat.read(source_notebook(a), as_version=4), a) for a in assignments()}
 
 
 CHECKPOINT_SOURCE = "08_transformer"  # the notebook whose Transformer the checkpoint holds

@@ -183,7 +183,12 @@ def table(rows: list[Standing]) -> str:
 
 
 def _next(question: Question) -> str:
-    return f"{question.title.replace('`', '')} ({question.labels})"
+    return f"{_plain(question.title)} ({question.labels})"
+
+
+def _plain(title: str) -> str:
+    """A heading as plain text: no code quotes, no maths delimiters."""
+    return title.replace("`", "").replace("$", "")
 
 
 # ----------------------------------------------------------------- in the notebook: this kernel
@@ -203,19 +208,21 @@ def progress(notebook: str) -> None:
 
     if exchange.directory() is not None:
         return
-    questions = course_questions()[notebook]
+    every = course_questions()
+    questions = every[notebook]
     row = standing(notebook, questions, _verdicts)
     lines = [f"{notebook}: {row.passed} of {row.total} questions pass in this session "]
     lines[0] += f"({_number(row.points)}/{_number(row.max_points)} visible points)."
     for question in questions:
         state = question_state(question, _verdicts)
-        lines.append(f"  {state:<7} {question.title.replace('`', '')} ({question.labels})")
+        lines.append(f"  {state:<7} {_plain(question.title)} ({question.labels})")
     if row.next_question is None:
         lines.append("Every question passes its visible checks; hidden tests run when your work is graded.")
     else:
         lines.append(f"Next: {_next(row.next_question)}.")
     lines.append(
-        "A check not run since the kernel started counts as to do; `course progress` sums up all 12."
+        "A check not run since the kernel started counts as to do. In a shell, `course progress` "
+        f"sums up all {len(every)} notebooks from what they showed when last saved."
     )
     print("\n".join(lines))
 
@@ -241,15 +248,21 @@ def seen_in(notebook) -> dict[str, Seen]:
     return seen
 
 
-def find_notebook(folder: Path, notebook: str) -> Path | None:
-    """A working copy's notebook: FOLDER/NN_topic/NN_topic.ipynb, or NN_topic.ipynb anywhere under FOLDER."""
-    usual = folder / notebook / f"{notebook}.ipynb"
-    if usual.is_file():
-        return usual
-    found = sorted(
-        p for p in folder.rglob(f"{notebook}.ipynb") if ".ipynb_checkpoints" not in p.parts and p.is_file()
-    )
-    return found[0] if found else None
+def find_notebook(folder: Path, notebook: str) -> tuple[Path | None, list[Path]]:
+    """A working copy's notebook and the other copies passed over: FOLDER/NN_topic/NN_topic.ipynb,
+    else FOLDER/notebooks/NN_topic/NN_topic.ipynb, else the last modified NN_topic.ipynb under FOLDER
+    (folders whose names start with a dot, such as .venv and .ipynb_checkpoints, left out)."""
+    name = f"{notebook}.ipynb"
+    for usual in (folder / notebook / name, folder / "notebooks" / notebook / name):
+        if usual.is_file():
+            return usual, []
+    found = [
+        p
+        for p in folder.rglob(name)
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts[:-1]) and p.is_file()
+    ]
+    found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return (found[0], found[1:]) if found else (None, [])
 
 
 def folder_progress(folder: Path) -> tuple[str, list[str]]:
@@ -258,14 +271,17 @@ def folder_progress(folder: Path) -> tuple[str, list[str]]:
 
     rows, notes = [], []
     for notebook, questions in course_questions().items():
-        path = find_notebook(folder, notebook)
         seen: dict[str, Seen] = {}
-        if path is None:
-            notes.append(f"{notebook}: no {notebook}.ipynb under {folder}")
-        else:
-            try:
+        try:
+            path, others = find_notebook(folder, notebook)
+            if path is None:
+                notes.append(f"{notebook}: no {notebook}.ipynb under {folder}")
+            else:
+                if others:
+                    also = ", ".join(map(str, others))
+                    notes.append(f"{notebook}: read {path}, the last modified; also there: {also}")
                 seen = seen_in(nbformat.read(path, as_version=4))
-            except Exception as error:  # a notebook the student broke: say so, list the others
-                notes.append(f"{notebook}: {path} could not be read ({type(error).__name__}: {error})")
+        except Exception as error:  # a notebook or folder that cannot be read: say so, list the others
+            notes.append(f"{notebook}: could not be read ({type(error).__name__}: {error})")
         rows.append(standing(notebook, questions, seen))
     return table(rows), notes

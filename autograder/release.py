@@ -2,26 +2,31 @@
 
     OUT/README.md                   for students: install, open, check, progress, submit
     OUT/environment.yml             conda, mamba and Binder; OUT/requirements.txt the same for pip
-    OUT/notebooks/<a>/<a>.ipynb     the student notebooks (`course build`'s notebooks/)
-    OUT/images/                     the course's figures
+    OUT/notebooks/<a>/<a>.ipynb     the student notebooks
     OUT/checks/                     the visible checks, an installable package (`pip install ./checks`)
     OUT/<wheel>                     the same package built, for Google Colab (upload, then pip install)
+    OUT/images/                     the figures the notebooks' text shows, if any (none today)
+
+Everything that comes from solutions/ is made again from it here, as `course build` makes it (the
+notebooks by nbgrader, the visible cases with what they should give, the questions), so that a
+notebook edited in notebooks/ or a stale snapshot cannot slip into a release. images/ is not
+shipped as a whole: its figures are the reference solution's outputs, some of them graded answers.
 
 The package is the student's side of `autograder` only: the checks (run and judge), the visible
-cases with what they should give (autograder/expected/), self-study and progress. Each check's
-case generator is taken out of its module with whatever only it used: the visible cases are in
-the snapshots, the hidden ones are drawn at grading time from the instructor's copy. No
-solutions/, no mistakes.py, no grading pipeline, no sandbox.
+cases, self-study and progress. Each check's case generator is taken out of its module with
+whatever only it used: the visible cases are in the snapshots, the hidden ones are drawn at grading
+time from the instructor's copy. No solutions/, no mistakes.py, no grading pipeline, no sandbox.
 """
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO
+from .paths import IMAGES, REPO, assignments
 
 PACKAGE = REPO / "autograder"
 # The modules a student's kernel and the student's commands import (tests/test_release.py imports
@@ -40,7 +45,7 @@ STUDENT_MODULES = [
     "selfstudy.py",
     "student.py",
 ]
-STUDENT_DATA = ["expected/*.pt", "expected/questions.json", "data/course_model.pt"]
+CHECKPOINT = "data/course_model.pt"  # trained by `course build` (minutes): copied, not made again
 DISTRIBUTION = "transformer-internals-checks"
 VERSION = "0.1.0"
 # What the student's environment installs, by name: the pins come from requirements.lock.
@@ -50,34 +55,60 @@ STUDENT_REQUIREMENTS += ["nbconvert", "ipykernel"]
 PACKAGE_REQUIREMENTS = ["torch>=2.4", "ipywidgets>=7.6", "matplotlib>=3.7", "nbclient>=0.7", "nbformat>=5.7"]
 TORCH_CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"  # Linux: not the CUDA build
 TEMPLATE = PACKAGE / "templates" / "release" / "README.md"
+IMAGE_LINK = re.compile(r"images/([\w.-]+\.png)")
 
 
 def release(out: Path) -> list[Path]:
-    """Write the bundle into `out` (new or empty); returns the files written."""
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} is not empty: give a new folder (nothing there is overwritten)")
-    notebooks = sorted(NOTEBOOKS.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
-    if not notebooks:
-        raise SystemExit(f"no student notebooks in {NOTEBOOKS}: run `course build` first")
-    for path in notebooks:
-        target = out / "notebooks" / path.relative_to(NOTEBOOKS)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    shutil.copytree(IMAGES, out / "images", ignore=shutil.ignore_patterns(".*"))
-    write_package(out / "checks")
-    wheel = build_wheel(out / "checks", out)
-    (out / "environment.yml").write_text(environment_yml(), encoding="utf-8")
-    (out / "requirements.txt").write_text(requirements_txt(), encoding="utf-8")
-    readme = TEMPLATE.read_text(encoding="utf-8").replace("{wheel}", wheel.name)
-    (out / "README.md").write_text(readme, encoding="utf-8")
+    """Write the bundle into `out` (new, or an empty folder); returns the files written. It is made
+    in a folder beside `out` and moved there at the end: a failure leaves `out` as it was."""
+    out = Path(out).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:
+        bundle = Path(tmp) / "bundle"
+        write_notebooks(bundle / "notebooks")
+        write_package(bundle / "checks")
+        wheel = build_wheel(bundle / "checks", bundle)
+        (bundle / "environment.yml").write_text(environment_yml(), encoding="utf-8")
+        (bundle / "requirements.txt").write_text(requirements_txt(), encoding="utf-8")
+        readme = TEMPLATE.read_text(encoding="utf-8").replace("{wheel}", wheel.name)
+        (bundle / "README.md").write_text(readme, encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        bundle.rename(out)
     return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def write_notebooks(target: Path) -> None:
+    """The student notebooks, made by nbgrader from solutions/, and the figures their text links."""
+    import nbformat
+
+    from .build import generate_release
+
+    generate_release(target, assignments())  # leaves out build.INSTRUCTOR_ONLY (mistakes.py)
+    linked = set()
+    for path in target.rglob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                linked.update(IMAGE_LINK.findall(cell.source))
+    for name in sorted(linked):
+        (target.parent / "images").mkdir(exist_ok=True)
+        shutil.copyfile(IMAGES / name, target.parent / "images" / name)
 
 
 # ------------------------------------------------------------------------------ the package
 
 
 def write_package(target: Path) -> None:
+    """The student's modules, the checks without their case generators, and the data they read:
+    the visible cases and the questions made again from solutions/, the course's checkpoint."""
+    from . import api
+    from .build import read_all_questions
+    from .checks import CHECKS
+    from .playground import one_thread
+    from .progress import write_questions
+
     package = target / "autograder"
     for name in STUDENT_MODULES:
         (package / name).parent.mkdir(parents=True, exist_ok=True)
@@ -86,18 +117,18 @@ def write_package(target: Path) -> None:
     (package / "checks").mkdir()
     for stem, source in without_case_generators(checks).items():
         (package / "checks" / f"{stem}.py").write_text(source, encoding="utf-8")
-    for pattern in STUDENT_DATA:
-        for path in sorted(PACKAGE.glob(pattern)):
-            (package / path.relative_to(PACKAGE)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, package / path.relative_to(PACKAGE))
-    if not (package / EXPECTED.name / "questions.json").exists():
-        raise SystemExit("autograder/expected/questions.json is missing: run `course build` first")
+    with one_thread():  # as `course build` makes them
+        for name in CHECKS:
+            api.write_snapshot(name, package / "expected")
+    write_questions(package / "expected" / "questions.json", read_all_questions())
+    (package / CHECKPOINT).parent.mkdir(parents=True)
+    shutil.copyfile(PACKAGE / CHECKPOINT, package / CHECKPOINT)
     (target / "pyproject.toml").write_text(package_pyproject(), encoding="utf-8")
 
 
 def package_pyproject() -> str:
     requirements = "".join(f'    "{r}",\n' for r in PACKAGE_REQUIREMENTS)
-    data = ", ".join(f'"{p}"' for p in STUDENT_DATA)
+    data = ", ".join(f'"{p}"' for p in ["expected/*.pt", "expected/questions.json", CHECKPOINT])
     return f"""[build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -170,29 +201,38 @@ dependencies:
 # ----------------------------------------------------------- checks without their case generators
 
 GENERATOR_STUB = "_cases_drawn_by_the_grader"
-STUB_SOURCE = f'''
-
-def {GENERATOR_STUB}(generator, hidden):
+STUB_SOURCE = f'''def {GENERATOR_STUB}(generator, hidden):
     """The cases of a check: in a student's copy, the visible ones come from autograder/expected/;
     the hidden ones are drawn when the work is graded."""
     raise LookupError("this copy of the course has the visible cases only (autograder/expected/)")
+
+
 '''
 ROOTS = {"CHECKS", "__all__"}
+
+
+class Unprunable(ValueError):
+    """A checks module written in a way the release cannot take its generators out of safely."""
 
 
 def without_case_generators(modules: dict[str, str]) -> dict[str, str]:
     """The checks package's modules (stem -> source) with each Check's `cases=` replaced by a stub
     that raises, and every top-level definition that only the generators used removed, across
-    modules (a name another module imports stays while that import is used). Comments stay."""
+    modules (a name another module imports stays while that import is used). Comments stay.
+    Raises Unprunable on what it does not follow: statements joined by `;`, star imports, a Check
+    given its cases by position."""
     trees = {stem: ast.parse(source) for stem, source in modules.items()}
+    for stem, tree in trees.items():
+        _refuse_the_unfollowable(tree, stem)
     live = {stem: set(ROOTS) for stem in trees}
     while True:  # grow the live names of every module until nothing changes
         grown = False
         for stem, tree in trees.items():
+            aliases = _module_aliases(tree, set(trees))
             for statement in tree.body:
                 if not _kept(statement, live[stem]):
                     continue
-                for other, name in _uses(statement, live[stem], set(trees)):
+                for other, name in _uses(statement, live[stem], set(trees), aliases):
                     target = live[other if other else stem]
                     if name not in target:
                         target.add(name)
@@ -200,6 +240,27 @@ def without_case_generators(modules: dict[str, str]) -> dict[str, str]:
         if not grown:
             break
     return {stem: _rewrite(modules[stem], trees[stem], live[stem]) for stem in modules}
+
+
+def _refuse_the_unfollowable(tree: ast.Module, stem: str) -> None:
+    for before, statement in zip(tree.body, tree.body[1:], strict=False):
+        if statement.lineno <= before.end_lineno:
+            raise Unprunable(f"checks/{stem}.py:{statement.lineno}: one statement per line (no `;`)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            raise Unprunable(f"checks/{stem}.py:{node.lineno}: no star imports")
+        if _is_check_call(node) and (len(node.args) > 2 or any(k.arg is None for k in node.keywords)):
+            raise Unprunable(f"checks/{stem}.py:{node.lineno}: give Check its cases as cases=...")
+
+
+def _is_check_call(node: ast.AST) -> bool:
+    """Check(...) or core.Check(...)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == "Check") or (
+        isinstance(func, ast.Attribute) and func.attr == "Check"
+    )
 
 
 def _defined(statement: ast.stmt) -> set[str]:
@@ -223,51 +284,67 @@ def _generator_values(node: ast.AST) -> list[ast.expr]:
     return [
         keyword.value
         for call in ast.walk(node)
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Check"
+        if _is_check_call(call)
         for keyword in call.keywords
         if keyword.arg == "cases"
     ]
 
 
-def _uses(statement: ast.stmt, live: set[str], checks_modules: set[str]) -> list[tuple[str, str]]:
+def _module_aliases(tree: ast.Module, checks_modules: set[str]) -> dict[str, str]:
+    """`from . import attention [as att]`: the local name of each checks module imported whole."""
+    return {
+        alias.asname or alias.name: alias.name
+        for statement in tree.body
+        if isinstance(statement, ast.ImportFrom) and statement.level == 1 and statement.module is None
+        for alias in statement.names
+        if alias.name in checks_modules
+    }
+
+
+def _uses(
+    statement: ast.stmt, live: set[str], checks_modules: set[str], aliases: dict[str, str]
+) -> list[tuple[str, str]]:
     """(module or '' for this one, name) that a kept statement needs, generators left out."""
-    skipped = {id(n) for value in _generator_values(statement) for n in ast.walk(value)}
     if isinstance(statement, ast.ImportFrom):
-        module = _checks_module(statement, checks_modules)
-        if module is None:
-            return []
-        return [(module, a.name) for a in statement.names if (a.asname or a.name) in live]
-    modules = {}  # `from . import attention`: attention.X uses X of that module
+        if statement.level == 1 and statement.module in checks_modules:  # from .rope import x
+            return [(statement.module, a.name) for a in statement.names if (a.asname or a.name) in live]
+        return []
+    skipped = {id(n) for value in _generator_values(statement) for n in ast.walk(value)}
     found = []
     for node in ast.walk(statement):
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Name):
             found.append(("", node.id))
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            modules.setdefault(node.value.id, []).append(node.attr)
-    for alias, attributes in modules.items():
-        if alias in checks_modules:
-            found += [(alias, attr) for attr in attributes]
+        elif (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+        ):
+            found.append((aliases[node.value.id], node.attr))  # attention.X: X of that module
     return found
 
 
-def _checks_module(statement: ast.ImportFrom, checks_modules: set[str]) -> str | None:
-    """The checks module a relative import names (`from .rope import x` -> 'rope'), else None."""
-    if statement.level == 1 and statement.module in checks_modules:
-        return statement.module
-    return None
+def _lines(source: str) -> list[str]:
+    """The source's lines as ast counts them (str.splitlines also splits on \\f and U+2028)."""
+    return re.split(r"(?<=\n)", source)
+
+
+def _start(statement: ast.stmt, lines: list[str]) -> int:
+    """The first line of a top-level statement: its decorators, and the comment right above it."""
+    first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+    while first > 1 and lines[first - 2].lstrip().startswith("#"):
+        first -= 1
+    return first
 
 
 def _rewrite(source: str, tree: ast.Module, live: set[str]) -> str:
-    lines = source.splitlines(keepends=True)
+    lines = _lines(source)
     edits: list[tuple[int, int, int, int, str]] = []  # (line, col, end line, end col, text), 1-based lines
     for statement in tree.body:
         if not _kept(statement, live):
-            first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
-            while first > 1 and lines[first - 2].lstrip().startswith("#"):  # its comment goes with it
-                first -= 1
-            edits.append((first, 0, statement.end_lineno + 1, 0, ""))
+            end = statement.end_lineno + 1
+            while end <= len(lines) and not lines[end - 1].strip():  # and the blank lines after it
+                end += 1
+            edits.append((_start(statement, lines), 0, end, 0, ""))
         elif isinstance(statement, ast.ImportFrom) and statement.level and _defined(statement) - live:
             kept = [a for a in statement.names if (a.asname or a.name) in live]
             text = ast.unparse(ast.ImportFrom(statement.module, kept, statement.level)) + "\n" if kept else ""
@@ -277,12 +354,16 @@ def _rewrite(source: str, tree: ast.Module, live: set[str]) -> str:
                 span = (value.lineno, value.col_offset, value.end_lineno, value.end_col_offset)
                 edits.append((*span, GENERATOR_STUB))
     if any(replacement == GENERATOR_STUB for *_, replacement in edits):
-        after_imports = 1 + max(s.end_lineno for s in tree.body if isinstance(s, ast.Import | ast.ImportFrom))
-        edits.append((after_imports, 0, after_imports, 0, STUB_SOURCE))
-    text = _apply(lines, edits)
-    while "\n\n\n\n" in text:
-        text = text.replace("\n\n\n\n", "\n\n\n")
-    return text
+        # before the first statement that is not the docstring or an import: above any use
+        first = next(
+            s
+            for index, s in enumerate(tree.body)
+            if not isinstance(s, ast.Import | ast.ImportFrom)
+            and not (index == 0 and isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        )
+        at = _start(first, lines)
+        edits.append((at, 0, at, 0, STUB_SOURCE))
+    return _apply(lines, edits)
 
 
 def _apply(lines: list[str], edits: list[tuple[int, int, int, int, str]]) -> str:
@@ -293,10 +374,10 @@ def _apply(lines: list[str], edits: list[tuple[int, int, int, int, str]]) -> str
     text = "".join(lines)
 
     def position(line: int, col: int) -> int:  # ast's columns count UTF-8 bytes
+        if line > len(lines):
+            return len(text)
         return offsets[line - 1] + len(lines[line - 1].encode("utf-8")[:col].decode("utf-8"))
 
     for line, col, end_line, end_col, replacement in sorted(edits, reverse=True):
-        start = position(line, col)
-        end = offsets[end_line - 1] if end_col == 0 else position(end_line, end_col)
-        text = text[:start] + replacement + text[end:]
+        text = text[: position(line, col)] + replacement + text[position(end_line, end_col) :]
     return text

@@ -14,8 +14,6 @@ def _check(args) -> int:
     import nbformat
     from nbclient import NotebookClient
 
-    from .cells import check_calls
-
     path = Path(args.notebook)
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
@@ -26,14 +24,8 @@ def _check(args) -> int:
     )
     client.execute()
     passed = total = 0
-    # Test cells are found by what they call, not by nbgrader's metadata, which an editor such as
-    # Colab may not keep; a release's hidden cells call nothing.
-    for cell in notebook.cells:
-        try:
-            calls = check_calls(cell.source) if cell.cell_type == "code" else []
-        except (SyntaxError, ValueError):  # a cell of the student's own that is not a test cell
-            continue
-        if not calls or any(hidden for _, hidden in calls):
+    for cell, calls in test_cells(notebook):
+        if any(hidden for _, hidden in calls):  # a release's hidden cells call nothing
             continue
         total += 1
         names = ", ".join(name for name, _ in calls)
@@ -45,6 +37,21 @@ def _check(args) -> int:
             print(f"passed {names}")
     print(f"{passed}/{total} visible checks pass in {path.name}")
     return 0 if passed == total and total else 1
+
+
+def test_cells(notebook) -> list[tuple[object, list[tuple[str, bool]]]]:
+    """(cell, its check calls) of each test cell: nbgrader's test cells; in a notebook whose nbgrader
+    metadata an editor (Colab) dropped, the cells that call check()."""
+    from .cells import check_calls, is_test_cell
+
+    def calls(cell) -> list[tuple[str, bool]]:
+        try:
+            return check_calls(cell.source) if cell.cell_type == "code" else []
+        except (SyntaxError, ValueError):  # a cell of the student's own that is not a test cell
+            return []
+
+    marked = [cell for cell in notebook.cells if is_test_cell(cell)]
+    return [(cell, found) for cell in marked or notebook.cells if (found := calls(cell))]
 
 
 def _progress(args) -> int:

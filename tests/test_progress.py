@@ -1,5 +1,7 @@
 """Question labels, the progress table of a working copy, and the summary at the end of a notebook."""
 
+import os
+
 import nbformat
 import pytest
 
@@ -121,6 +123,41 @@ def test_the_table_reads_a_working_copy(tmp_path):
     assert any("05_gated_ffn" in note and "could not be read" in note for note in notes)
     assert any(note.startswith("00_warmup: no 00_warmup.ipynb") for note in notes)
     assert len(rows) == 12
+
+
+def test_of_several_copies_the_usual_place_wins_then_the_last_modified(tmp_path):
+    (tmp_path / "notebooks" / "07_rmsnorm").mkdir(parents=True)
+    usual = tmp_path / "notebooks" / "07_rmsnorm" / "07_rmsnorm.ipynb"
+    nbformat.write(release("07_rmsnorm"), usual)
+    nbformat.write(release("07_rmsnorm"), tmp_path / "07_rmsnorm.ipynb")  # downloaded again
+    assert progress.find_notebook(tmp_path, "07_rmsnorm") == (usual, [])
+    usual.unlink()
+    (tmp_path / ".venv").mkdir()
+    nbformat.write(release("07_rmsnorm"), tmp_path / ".venv" / "07_rmsnorm.ipynb")  # not the student's
+    (tmp_path / "old").mkdir()
+    nbformat.write(release("07_rmsnorm"), tmp_path / "old" / "07_rmsnorm.ipynb")
+    os.utime(tmp_path / "old" / "07_rmsnorm.ipynb", (0, 0))
+    assert progress.find_notebook(tmp_path, "07_rmsnorm") == (
+        tmp_path / "07_rmsnorm.ipynb",
+        [tmp_path / "old" / "07_rmsnorm.ipynb"],
+    )
+    _, notes = progress.folder_progress(tmp_path)
+    assert any(note.startswith("07_rmsnorm: read ") and "also there" in note for note in notes)
+
+
+def test_a_folder_that_cannot_be_read_is_a_note_not_a_crash(tmp_path, monkeypatch):
+    """As a folder without the x permission does to a student (the suite runs as root, who reads all)."""
+    real = progress.find_notebook
+
+    def locked(folder, notebook):
+        if notebook == "07_rmsnorm":
+            raise PermissionError(13, "Permission denied", str(folder / notebook))
+        return real(folder, notebook)
+
+    monkeypatch.setattr(progress, "find_notebook", locked)
+    table, notes = progress.folder_progress(tmp_path)
+    assert any(note.startswith("07_rmsnorm: could not be read (PermissionError") for note in notes)
+    assert len(table.splitlines()) == 13
 
 
 def test_the_summary_at_the_end_of_a_notebook_counts_this_kernels_checks(monkeypatch, capsys):

@@ -8,7 +8,6 @@ as downloading them again would take minutes.
 """
 
 import ast
-import json
 import os
 import re
 import shutil
@@ -50,9 +49,17 @@ def test_it_holds_what_students_get(bundle):
     names = {p.relative_to(bundle).as_posix() for p in files(bundle)}
     for assignment in assignments():
         assert f"notebooks/{assignment}/{assignment}.ipynb" in names
+        notebook = nbformat.read(bundle / f"notebooks/{assignment}/{assignment}.ipynb", as_version=4)
+        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        assert not any(cell.outputs or cell.execution_count for cell in code), assignment
     assert {"README.md", "environment.yml", "requirements.txt", "checks/pyproject.toml"} <= names
-    images = {p.name for p in (REPO / "images").glob("*.png")}
-    assert images == {p.name for p in (bundle / "images").iterdir()}
+    linked = {
+        name
+        for path in (bundle / "notebooks").rglob("*.ipynb")
+        for cell in nbformat.read(path, as_version=4).cells
+        for name in rel.IMAGE_LINK.findall(cell.source)
+    }  # images/ holds the reference's outputs, some graded answers: only what the text shows
+    assert {p.name for p in (bundle / "images").glob("*")} == linked
     assert len(list(bundle.glob("transformer_internals_checks-*.whl"))) == 1
     readme = (bundle / "README.md").read_text()
     assert "{wheel}" not in readme and "course progress" in readme
@@ -157,6 +164,10 @@ def test_the_case_generators_are_not_in_it(bundle):
     kept = [name for name in generators if re.search(rf"^def {name}\(", released, re.M)]
     assert not kept, f"case generators still in the release: {kept}"
     assert rel.GENERATOR_STUB in released
+    # A name the pruning took away but a failure path still uses would only show with a wrong answer
+    ruff = [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--select", "F", "."]
+    found = subprocess.run(ruff, cwd=bundle / "checks/autograder/checks", capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout
 
 
 def test_the_environment_pins_equal_the_lock(bundle):
@@ -235,8 +246,9 @@ from autograder.checks import CHECKS
 sys.path.insert(0, sys.argv[1])
 from submissions_reference import reference_of
 failed = [n for n, c in CHECKS.items() if not evaluate(n, reference_of(n, c.target)).passed]
-print(len(CHECKS), "checks;", "failed:", failed)
-sys.exit(bool(failed))
+generators = [n for n, c in CHECKS.items() if c.cases.__name__ != "_cases_drawn_by_the_grader"]
+print(len(CHECKS), "checks;", "failed:", failed, "with a generator:", generators)
+sys.exit(bool(failed or generators))
 """
 
 REFERENCE_HELPER = """
@@ -270,7 +282,7 @@ def test_every_visible_check_passes_on_the_reference_there(fresh, tmp_path):
     (tmp_path / "submissions_reference.py").write_text(f"SOLUTIONS = {str(SOLUTIONS)!r}\n" + REFERENCE_HELPER)
     result = run_in(fresh, fresh, "-c", ALL_VISIBLE_CHECKS, tmp_path, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert f"{len(CHECKS)} checks; failed: []" in result.stdout
+    assert f"{len(CHECKS)} checks; failed: [] with a generator: []" in result.stdout
 
 
 def test_course_check_and_progress_on_a_notebook(fresh, bundle, tmp_path):
@@ -336,10 +348,21 @@ def test_a_notebook_saved_by_colab_runs_and_checks(fresh, tmp_path, keep_nbgrade
     assert re.search(r"^07_rmsnorm\s+2/2", table.stdout, re.M), table.stdout
 
 
-def test_make_release_needs_a_new_folder(bundle):
-    with pytest.raises(SystemExit, match="not empty"):
-        rel.release(bundle)
-    assert json.loads((bundle / "checks/autograder/expected/questions.json").read_text())
+def test_a_release_needs_a_new_folder_and_a_failed_one_leaves_nothing(bundle, tmp_path, monkeypatch):
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    for taken in (bundle, a_file):
+        with pytest.raises(SystemExit, match="not a new or empty folder"):
+            rel.release(taken)
+    assert a_file.read_text() == "mine"
+
+    def broken(*_):
+        raise RuntimeError("no package today")
+
+    monkeypatch.setattr(rel, "write_package", broken)
+    with pytest.raises(RuntimeError, match="no package today"):
+        rel.release(tmp_path / "release")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no half-made release beside it
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
@@ -389,7 +412,7 @@ def run(obj, case):
 FIRST = Check(name="00.first", target="f", cases=draw, run=run)
 CHECKS = [FIRST]
 ''',
-    "second": '''import torch
+    "second": """import torch
 
 from ..core import Check
 
@@ -408,7 +431,7 @@ def factory(sizes):
 
 SECOND = Check(name="00.second", target="g", cases=factory([4]), run=lambda o, c: {"y": torch.ones(1)})
 CHECKS = [SECOND]
-''',
+""",
 }
 
 
@@ -426,3 +449,31 @@ def test_the_generators_and_what_only_they_use_are_taken_out():
         compile(source, "pruned", "exec")
         stub = source.index(f"def {rel.GENERATOR_STUB}")
         assert source.index("from ..core import") < stub < source.index("Check(name=")
+
+
+def test_a_module_imported_under_another_name_keeps_what_it_uses_there():
+    modules = {
+        "a": "from . import b as bee\nfrom ..core import Check\n\n\ndef run(o, c):\n    return bee.KEEP\n\n\n"
+        'A = Check(name="x", cases=bee.draw, run=run)\nCHECKS = [A]\n',
+        "b": "\x0c\nKEEP = 1\n\n\ndef draw(g, hidden):\n    return []\n\n\nCHECKS = []\n",
+    }
+    pruned = rel.without_case_generators(modules)
+    assert "KEEP = 1" in pruned["b"] and "def draw" not in pruned["b"]
+    assert pruned["a"].index(f"def {rel.GENERATOR_STUB}") < pruned["a"].index("def run")
+    for source in pruned.values():
+        compile(source, "pruned", "exec")
+
+
+@pytest.mark.parametrize(
+    ("source", "complaint"),
+    [
+        ("A = 1; B = 2\nCHECKS = []\n", "one statement per line"),
+        ("from .b import *\nCHECKS = []\n", "no star imports"),
+        ('A = Check("x", "f", draw, run)\nCHECKS = [A]\n', "cases=..."),
+        ("A = core.Check(**arguments)\nCHECKS = [A]\n", "cases=..."),
+    ],
+    ids=["semicolon", "star import", "cases by position", "cases in **kwargs"],
+)
+def test_what_the_pruning_cannot_follow_is_refused(source, complaint):
+    with pytest.raises(rel.Unprunable, match=re.escape(complaint)):
+        rel.without_case_generators({"a": source, "b": "CHECKS = []\n"})
