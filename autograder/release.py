@@ -137,7 +137,7 @@ build-backend = "setuptools.build_meta"
 name = "{DISTRIBUTION}"
 version = "{VERSION}"
 description = "The visible checks, hints and progress of the transformer-internals course"
-requires-python = ">=3.10"
+requires-python = ">=3.11"  # as the course: tested on 3.11
 dependencies = [
 {requirements}]
 
