@@ -16,10 +16,11 @@ Two summaries read it:
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .cells import check_calls, is_test_cell
+from .core import STUB
 from .paths import EXPECTED
 
 QUESTIONS = EXPECTED / "questions.json"
@@ -111,11 +112,13 @@ def course_questions(path: Path = QUESTIONS) -> dict[str, list[Question]]:
 
 @dataclass(frozen=True)
 class Seen:
-    """A check's last verdict: passed or not, and the visible points it earned."""
+    """A check's last verdict: passed or not, the visible points it earned, and whether the answer
+    was still the unfilled stub (a question not started, not a failed one)."""
 
     passed: bool
     points: float
     max_points: float
+    stub: bool = False
 
 
 def question_state(question: Question, seen: dict[str, Seen]) -> str:
@@ -123,7 +126,7 @@ def question_state(question: Question, seen: dict[str, Seen]) -> str:
     verdicts = [seen.get(name) for name in question.checks]
     if all(v is not None and v.passed for v in verdicts):
         return "passed"
-    return "failed" if any(v is not None and not v.passed for v in verdicts) else "to do"
+    return "failed" if any(v is not None and not v.passed and not v.stub for v in verdicts) else "to do"
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class Standing:
     max_points: float
     minutes_left: int
     next_question: Question | None
+    found: bool = True  # False: no notebook of that name in the folder
 
 
 def standing(notebook: str, questions: list[Question], seen: dict[str, Seen]) -> Standing:
@@ -161,11 +165,13 @@ def _number(value: float) -> str:
 
 
 def table(rows: list[Standing]) -> str:
-    """The progress table, plain text for a terminal or a notebook's output."""
+    """The progress table, plain text for a terminal or a notebook's output, with a total line."""
     header = ("notebook", "questions passed", "visible points", "time left", "next question")
     lines = [header]
     for row in rows:
         upcoming = "all done" if row.next_question is None else _next(row.next_question)
+        if not row.found:
+            upcoming = "not found in this folder"
         lines.append(
             (
                 row.notebook,
@@ -175,6 +181,15 @@ def table(rows: list[Standing]) -> str:
                 upcoming,
             )
         )
+    if len(rows) > 1:
+        total = (
+            "all",
+            f"{sum(r.passed for r in rows)}/{sum(r.total for r in rows)}",
+            f"{_number(sum(r.points for r in rows))}/{_number(sum(r.max_points for r in rows))}",
+            f"~{sum(r.minutes_left for r in rows)} min",
+            "",
+        )
+        lines.append(total)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)) + "  " + line[-1]
@@ -187,8 +202,9 @@ def _next(question: Question) -> str:
 
 
 def _plain(title: str) -> str:
-    """A heading as plain text: no code quotes, no maths delimiters."""
-    return title.replace("`", "").replace("$", "")
+    """A heading as short plain text: a signature's arguments left out (`f(x, dim=-1)` -> f()), no
+    code quotes, no maths delimiters."""
+    return re.sub(r"`([^`(]*)\([^`]*\)`", r"\1()", title).replace("`", "").replace("$", "")
 
 
 # ----------------------------------------------------------------- in the notebook: this kernel
@@ -198,7 +214,9 @@ _verdicts: dict[str, Seen] = {}  # check name -> its last verdict in this kernel
 
 def record(verdict) -> None:
     """Called by `check` in a student's kernel, passed or failed."""
-    _verdicts[verdict.check] = Seen(verdict.passed, verdict.points, verdict.max_points)
+    _verdicts[verdict.check] = Seen(
+        verdict.passed, verdict.points, verdict.max_points, STUB in verdict.message
+    )
 
 
 def progress(notebook: str) -> None:
@@ -243,8 +261,9 @@ def seen_in(notebook) -> dict[str, Seen]:
                 text = "\n".join(output.get("traceback", []))
             else:
                 continue
-            for name, mark, points, max_points in VERDICT.findall(text if isinstance(text, str) else ""):
-                seen[name] = Seen(mark == "passed", float(points), float(max_points))
+            text = text if isinstance(text, str) else ""
+            for name, mark, points, max_points in VERDICT.findall(text):
+                seen[name] = Seen(mark == "passed", float(points), float(max_points), STUB in text)
     return seen
 
 
@@ -265,23 +284,25 @@ def find_notebook(folder: Path, notebook: str) -> tuple[Path | None, list[Path]]
     return (found[0], found[1:]) if found else (None, [])
 
 
-def folder_progress(folder: Path) -> tuple[str, list[str]]:
-    """The table for a working copy, and a note per notebook that could not be read."""
+def folder_progress(folder: Path) -> tuple[str, list[str], int]:
+    """The table for a working copy, a note per notebook that could not be read, and how many of
+    the course's notebooks were found."""
     import nbformat
 
-    rows, notes = [], []
+    rows, notes, found = [], [], 0
     for notebook, questions in course_questions().items():
         seen: dict[str, Seen] = {}
+        path = None
         try:
             path, others = find_notebook(folder, notebook)
-            if path is None:
-                notes.append(f"{notebook}: no {notebook}.ipynb under {folder}")
-            else:
+            if path is not None:
+                found += 1
                 if others:
                     also = ", ".join(map(str, others))
                     notes.append(f"{notebook}: read {path}, the last modified; also there: {also}")
                 seen = seen_in(nbformat.read(path, as_version=4))
         except Exception as error:  # a notebook or folder that cannot be read: say so, list the others
             notes.append(f"{notebook}: could not be read ({type(error).__name__}: {error})")
-        rows.append(standing(notebook, questions, seen))
-    return table(rows), notes
+        row = standing(notebook, questions, seen)
+        rows.append(row if path is not None else replace(row, found=False))
+    return table(rows), notes, found

@@ -72,7 +72,8 @@ def next_study_text(check_name: str) -> str:
     if count == len(hints):
         return solution_text(check_name)
     _hints_printed[check_name] = count + 1
-    then = "the next hint" if count + 1 < len(hints) else "the reference solution"
+    last = "the reference solution" if solution_source(check_name) is not None else "a note on the solution"
+    then = "the next hint" if count + 1 < len(hints) else last
     call = text_call(check_name)
     return f"Hint {count + 1} of {len(hints)}: {hints[count]}\n(run {call} again for {then})"
 

@@ -10,33 +10,55 @@ from pathlib import Path
 
 
 def _check(args) -> int:
-    """Execute a notebook and print each test cell's verdict (visible checks only)."""
+    """Execute a copy of a notebook and print each test cell's verdict (visible checks only)."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     path = Path(args.notebook)
-    notebook = nbformat.read(path, as_version=4)
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    except Exception as error:  # not a file, not JSON, not a notebook: one line, no traceback
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"{path} cannot be read as a notebook: {reason}", file=sys.stderr)
+        return 2
     client = NotebookClient(
         notebook,
         timeout=args.cell_timeout,
         allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not its warning about TCP on this machine
     )
-    client.execute()
+    stopped = None
+    try:
+        client.execute()
+    except CellTimeoutError:
+        stopped = f"a cell ran past {args.cell_timeout} s and was stopped; the cells after it did not run"
+    except DeadKernelError:
+        stopped = "the kernel died (out of memory?); the cells after it did not run"
     passed = total = 0
     for cell, calls in test_cells(notebook):
         if any(hidden for _, hidden in calls):  # a release's hidden cells call nothing
             continue
         total += 1
         names = ", ".join(name for name, _ in calls)
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors:
-            print(f"FAILED {names}: {errors[0].ename}: {errors[0].evalue}")
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if errors:  # a check's verdict in full (its traceback is the verdict), else the error
+            shown = "\n".join(errors[0].traceback) if errors[0].ename == "CheckFailed" else ""
+            print(f"FAILED {names}: {shown or f'{errors[0].ename}: {errors[0].evalue}'}")
+        elif cell.get("execution_count") is None:
+            print(f"not run {names}")
         else:
             passed += 1
             print(f"passed {names}")
-    print(f"{passed}/{total} visible checks pass in {path.name}")
-    return 0 if passed == total and total else 1
+    if stopped:
+        print(stopped)
+    if not total:
+        print(f"no check of the course in {path.name}: is it one of the course's notebooks?")
+        return 1
+    print(f"{passed}/{total} visible checks pass in {path.name} (your notebook is left as it was)")
+    return 0 if passed == total and not stopped else 1
 
 
 def test_cells(notebook) -> list[tuple[object, list[tuple[str, bool]]]]:
@@ -58,10 +80,20 @@ def _progress(args) -> int:
     from .progress import folder_progress
 
     folder = Path(args.folder)
-    if not folder.is_dir():
-        print(f"{folder} is not a folder: give the folder that holds your notebooks", file=sys.stderr)
+    if not folder.exists():
+        print(f"{folder} does not exist: give the folder that holds your notebooks", file=sys.stderr)
         return 2
-    summary, notes = folder_progress(folder)
+    if not folder.is_dir():
+        print(f"{folder} is a file: give the folder that holds your notebooks", file=sys.stderr)
+        return 2
+    summary, notes, found = folder_progress(folder)
+    if not found:
+        print(
+            f"no notebook of the course under {folder}: run this in the folder that holds them "
+            "(e.g. course progress notebooks/)",
+            file=sys.stderr,
+        )
+        return 1
     print(summary)
     for note in notes:
         print(note)
@@ -74,12 +106,24 @@ def _progress(args) -> int:
 
 def add_commands(sub) -> None:
     """The student's subcommands, on an argparse subparsers object."""
-    p = sub.add_parser("check", help="run a notebook and report its visible checks")
-    p.add_argument("notebook")
-    p.add_argument("--cell-timeout", type=int, default=300)
+    p = sub.add_parser(
+        "check",
+        help="run a copy of a notebook and report its visible checks (your notebook is left as it is)",
+    )
+    p.add_argument("notebook", help="a notebook of the course, e.g. notebooks/07_rmsnorm/07_rmsnorm.ipynb")
+    p.add_argument(
+        "--cell-timeout",
+        type=int,
+        default=300,
+        help="seconds a cell may run (default 300; grading allows 120)",
+    )
     p.set_defaults(func=_check)
 
-    p = sub.add_parser("progress", help="questions passed, points and the next question, per notebook")
+    p = sub.add_parser(
+        "progress",
+        help="per notebook: questions passed, visible points, time left and the next question, from the "
+        "verdicts your saved notebooks show",
+    )
     p.add_argument("folder", nargs="?", default=".", help="your notebooks' folder (default: here)")
     p.set_defaults(func=_progress)
 
@@ -88,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description="Check your notebooks and see your progress.")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `course progress | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -114,15 +114,22 @@ def test_the_table_reads_a_working_copy(tmp_path):
     (tmp_path / "05_gated_ffn" / "05_gated_ffn.ipynb").write_text("{ not json")
     nbformat.write(release("06_moe"), tmp_path / "06_moe.ipynb")
 
-    table, notes = progress.folder_progress(tmp_path)
+    table, notes, found = progress.folder_progress(tmp_path)
     rows = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert rows["04_rope"].split()[1:3] == ["3/3", "3/3"] and rows["04_rope"].endswith("all done")
     assert rows["07_rmsnorm"].split()[1:3] == ["1/2", "1.75/2"]  # the bfloat16 part lost
     assert "Check 2: the whole layer" in rows["07_rmsnorm"] and "~2 min" in rows["07_rmsnorm"]
     assert rows["06_moe"].split()[1] == "0/4" and "Question 1" in rows["06_moe"]
     assert any("05_gated_ffn" in note and "could not be read" in note for note in notes)
-    assert any(note.startswith("00_warmup: no 00_warmup.ipynb") for note in notes)
-    assert len(rows) == 12
+    assert rows["00_warmup"].endswith("not found in this folder")  # not a student with no progress
+    assert found == 4 and len(rows) == 13
+    every = course_questions()
+    questions = sum(len(q) for q in every.values())
+    points = sum(CHECKS[name].points for qs in every.values() for q in qs for name in q.checks)
+    minutes = sum(q.minutes for qs in every.values() for q in qs)
+    done = sum(q.minutes for q in every["04_rope"]) + every["07_rmsnorm"][0].minutes
+    assert rows["all"].split()[1:3] == [f"4/{questions}", f"4.75/{points:g}"]
+    assert rows["all"].split()[3] == f"~{minutes - done}"
 
 
 def test_of_several_copies_the_usual_place_wins_then_the_last_modified(tmp_path):
@@ -141,7 +148,7 @@ def test_of_several_copies_the_usual_place_wins_then_the_last_modified(tmp_path)
         tmp_path / "07_rmsnorm.ipynb",
         [tmp_path / "old" / "07_rmsnorm.ipynb"],
     )
-    _, notes = progress.folder_progress(tmp_path)
+    _, notes, _ = progress.folder_progress(tmp_path)
     assert any(note.startswith("07_rmsnorm: read ") and "also there" in note for note in notes)
 
 
@@ -155,9 +162,9 @@ def test_a_folder_that_cannot_be_read_is_a_note_not_a_crash(tmp_path, monkeypatc
         return real(folder, notebook)
 
     monkeypatch.setattr(progress, "find_notebook", locked)
-    table, notes = progress.folder_progress(tmp_path)
+    table, notes, found = progress.folder_progress(tmp_path)
     assert any(note.startswith("07_rmsnorm: could not be read (PermissionError") for note in notes)
-    assert len(table.splitlines()) == 13
+    assert len(table.splitlines()) == 14  # the header, 12 notebooks, the total
 
 
 def test_the_summary_at_the_end_of_a_notebook_counts_this_kernels_checks(monkeypatch, capsys):
@@ -183,9 +190,10 @@ def test_the_summary_prints_nothing_in_a_grading_kernel(monkeypatch, tmp_path, c
     assert capsys.readouterr().out == ""
 
 
-def test_a_failed_check_counts_as_failed_not_to_do():
+def test_a_failed_check_counts_as_failed_not_to_do_unless_it_is_the_stub():
     question = Question("Q", ("a.x", "a.y"), 1, 1, 5)
     assert progress.question_state(question, {}) == "to do"
+    assert progress.question_state(question, {"a.y": Seen(False, 0, 1, stub=True)}) == "to do"
     assert progress.question_state(question, {"a.x": Seen(True, 1, 1)}) == "to do"
     assert progress.question_state(question, {"a.y": Seen(False, 0.5, 1)}) == "failed"
     assert progress.question_state(question, {"a.x": Seen(True, 1, 1), "a.y": Seen(True, 1, 1)}) == "passed"

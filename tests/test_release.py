@@ -309,7 +309,7 @@ def test_course_check_and_progress_on_a_notebook(fresh, bundle, tmp_path):
     row = next(line for line in table.stdout.splitlines() if line.startswith("07_rmsnorm"))
     assert re.match(r"07_rmsnorm\s+2/2\s+2/2\s+~0 min\s+all done", row), row
     first = next(line for line in table.stdout.splitlines() if line.startswith("00_warmup"))
-    assert "0/" in first and "Question 1" in first and "difficulty" in first, first
+    assert first.endswith("not found in this folder"), first  # only 07 is in it
 
 
 def colab_saved(notebook: nbformat.NotebookNode, keep_nbgrader: bool) -> nbformat.NotebookNode:
