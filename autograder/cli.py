@@ -32,8 +32,8 @@ def _release(args) -> int:
     from .release import release
 
     written = release(Path(args.out))
-    print(f"wrote {len(written)} files to {args.out}: the student notebooks, images, the checks package")
-    print("and its wheel, environment.yml, requirements.txt and a README for students")
+    print(f"wrote {len(written)} files to {args.out}: the student notebooks, the checks package and its")
+    print("wheel, environment.yml, requirements.txt and a README for students (no solutions or hidden cases)")
     return 0
 
 
