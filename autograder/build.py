@@ -129,18 +129,23 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
     write_questions(root / QUESTIONS.relative_to(REPO), read_all_questions())
     if checkpoint and CHECKPOINT_SOURCE in chosen:
         write_checkpoint(root / language_model.CHECKPOINT.relative_to(REPO))
-    # First the visible cases, which the solution notebooks' checks read; on one thread, so that
-    # the stored outputs do not depend on the machine's core count (reductions split by thread).
-    with one_thread():
-        for name in CHECKS:
-            if any(assignment.startswith(name.split(".")[0] + "_") for assignment in chosen):
-                api.write_snapshot(name, root / EXPECTED.relative_to(REPO))
+    # First the visible cases, which the solution notebooks' checks read.
+    write_snapshots(root / EXPECTED.relative_to(REPO), chosen)
     generate_release(root / NOTEBOOKS.relative_to(REPO), chosen)
     images = root / IMAGES.relative_to(REPO)
     images.mkdir(parents=True, exist_ok=True)
     for assignment in chosen:
         for name, png in figures(execute_source(assignment)).items():
             (images / name).write_bytes(png)
+
+
+def write_snapshots(directory: Path, chosen: list[str]) -> None:
+    """The visible cases of the chosen assignments' checks, with what they should give; on one
+    thread, so that they do not depend on the machine's core count (reductions split by thread)."""
+    with one_thread():
+        for name in CHECKS:
+            if any(assignment.startswith(name.split(".")[0] + "_") for assignment in chosen):
+                api.write_snapshot(name, directory)
 
 
 def read_all_questions() -> dict[str, list]:

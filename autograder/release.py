@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import language_model
 from .paths import IMAGES, REPO, assignments
 
 PACKAGE = REPO / "autograder"
@@ -45,7 +46,8 @@ STUDENT_MODULES = [
     "selfstudy.py",
     "student.py",
 ]
-CHECKPOINT = "data/course_model.pt"  # trained by `course build` (minutes): copied, not made again
+# Trained by `course build` (minutes): copied, not made again.
+CHECKPOINT = language_model.CHECKPOINT.relative_to(PACKAGE).as_posix()
 DISTRIBUTION = "transformer-internals-checks"
 VERSION = "0.1.0"
 # What the student's environment installs, by name: the pins come from requirements.lock.
@@ -103,10 +105,7 @@ def write_notebooks(target: Path) -> None:
 def write_package(target: Path) -> None:
     """The student's modules, the checks without their case generators, and the data they read:
     the visible cases and the questions made again from solutions/, the course's checkpoint."""
-    from . import api
-    from .build import read_all_questions
-    from .checks import CHECKS
-    from .playground import one_thread
+    from .build import read_all_questions, write_snapshots
     from .progress import write_questions
 
     package = target / "autograder"
@@ -117,9 +116,7 @@ def write_package(target: Path) -> None:
     (package / "checks").mkdir()
     for stem, source in without_case_generators(checks).items():
         (package / "checks" / f"{stem}.py").write_text(source, encoding="utf-8")
-    with one_thread():  # as `course build` makes them
-        for name in CHECKS:
-            api.write_snapshot(name, package / "expected")
+    write_snapshots(package / "expected", assignments())
     write_questions(package / "expected" / "questions.json", read_all_questions())
     (package / CHECKPOINT).parent.mkdir(parents=True)
     shutil.copyfile(PACKAGE / CHECKPOINT, package / CHECKPOINT)
@@ -176,7 +173,8 @@ def pins() -> dict[str, str]:
 
 
 def normalised(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(".", "-")
+    """A distribution's name as pip compares names (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 def requirements_txt() -> str:

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
 
 
-def _pins(lines) -> dict[str, str]:
+def pins_of(lines) -> dict[str, str]:
     """name -> version of each `name==version` among `lines`, names as pip compares them."""
     pins = {}
     for line in lines:
@@ -22,7 +22,7 @@ def _pins(lines) -> dict[str, str]:
 
 def _pyproject() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    pins = _pins(project["dependencies"])
+    pins = pins_of(project["dependencies"])
     assert len(pins) == len(project["dependencies"]), "every direct dependency is pinned with =="
     return pins
 
@@ -32,10 +32,10 @@ def test_environment_yml_pins_what_pyproject_pins():
     [pip] = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
     assert "-e ." in pip, "environment.yml installs the course package itself"
     assert pip[0] == "--extra-index-url https://download.pytorch.org/whl/cpu", "PyTorch's CPU build"
-    assert _pins(pip) == _pyproject()
+    assert pins_of(pip) == _pyproject()
 
 
 def test_the_lock_pins_every_direct_dependency_at_the_same_version():
-    lock = _pins((REPO / "requirements.lock").read_text().splitlines())
+    lock = pins_of((REPO / "requirements.lock").read_text().splitlines())
     direct = _pyproject()
     assert {name: lock.get(name) for name in direct} == direct

@@ -26,6 +26,7 @@ from autograder.reference import mistakes
 
 from .jupyter_server import browse, running_lab
 from .submissions import mutant, perfect
+from .test_environment import pins_of
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -105,7 +106,7 @@ def _code_of_mistakes(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def secrets() -> dict[str, str]:
+def telling_lines() -> dict[str, str]:
     """Telling lines of what must not leak, each with where it comes from.
 
     Lines the student notebooks show anyway are left out, and so are lines of the package's own
@@ -144,7 +145,7 @@ def texts(path: Path) -> list[tuple[str, str]]:
 
 
 def test_no_file_holds_a_solution_a_hidden_test_or_a_mistake(bundle):
-    telling = secrets()
+    telling = telling_lines()
     assert len(telling) > 500, "too few lines to look for: the test would find nothing"
     leaks = []
     for path in files(bundle):
@@ -171,11 +172,11 @@ def test_the_case_generators_are_not_in_it(bundle):
 
 
 def test_the_environment_pins_equal_the_lock(bundle):
-    locked = rel.pins()
+    locked = pins_of((REPO / "requirements.lock").read_text().splitlines())
     lines = (bundle / "requirements.txt").read_text().splitlines()
-    pinned = dict(line.split("==") for line in lines if "==" in line)
-    assert {rel.normalised(n) for n in pinned} == {rel.normalised(n) for n in rel.STUDENT_REQUIREMENTS}
-    assert all(locked[rel.normalised(name)] == version for name, version in pinned.items())
+    pinned = pins_of(lines)
+    assert set(pinned) == set(pins_of(f"{name}==0" for name in rel.STUDENT_REQUIREMENTS))
+    assert all(locked[name] == version for name, version in pinned.items())
     assert lines[0] == rel.TORCH_CPU_INDEX and lines[-1] == "./checks"
     environment = (bundle / "environment.yml").read_text()
     assert all(f"      - {line}\n" in environment for line in lines)
@@ -243,44 +244,19 @@ ALL_VISIBLE_CHECKS = """
 import sys
 from autograder import evaluate
 from autograder.checks import CHECKS
-sys.path.insert(0, sys.argv[1])
-from submissions_reference import reference_of
-failed = [n for n, c in CHECKS.items() if not evaluate(n, reference_of(n, c.target)).passed]
+from autograder.reference import reference_object
+failed = [n for n, c in CHECKS.items() if not evaluate(n, reference_object(n, c.target)).passed]
 generators = [n for n, c in CHECKS.items() if c.cases.__name__ != "_cases_drawn_by_the_grader"]
 print(len(CHECKS), "checks;", "failed:", failed, "with a generator:", generators)
 sys.exit(bool(failed or generators))
 """
 
-REFERENCE_HELPER = """
-import json
-from functools import cache
-
-def _solution_names(path):
-    names = {"__name__": "reference"}
-    notebook = json.load(open(path))
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if cell["cell_type"] == "code" and (meta.get("solution") or meta.get("grade_id") == "imports"):
-            exec("".join(cell["source"]), names)
-    return names
-
-@cache
-def _names(number):
-    import glob
-    (path,) = glob.glob(f"{SOLUTIONS}/{number}_*/{number}_*.ipynb")
-    return _solution_names(path)
-
-def reference_of(name, target):
-    names = _names(name.split(".")[0])
-    return names[target] if isinstance(target, str) else tuple(names[t] for t in target)
-"""
-
 
 def test_every_visible_check_passes_on_the_reference_there(fresh, tmp_path):
     """The release's checks, each without its case generator, still judge: the reference passes
-    all of them (its code read from solutions/ by this test, not by the package)."""
-    (tmp_path / "submissions_reference.py").write_text(f"SOLUTIONS = {str(SOLUTIONS)!r}\n" + REFERENCE_HELPER)
-    result = run_in(fresh, fresh, "-c", ALL_VISIBLE_CHECKS, tmp_path, cwd=tmp_path)
+    all of them (the release finds no solutions/; this test points it at the course's)."""
+    solutions = {"COURSE_SOLUTIONS": str(SOLUTIONS)}
+    result = run_in(fresh, fresh, "-c", ALL_VISIBLE_CHECKS, cwd=tmp_path, env=solutions)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert f"{len(CHECKS)} checks; failed: [] with a generator: []" in result.stdout
 
