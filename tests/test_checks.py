@@ -51,7 +51,8 @@ def release_namespace(assignment):
 def test_reference_passes(name, seed):
     result = verdict(name, reference_of(name), seed)
     assert result.passed, result.message
-    assert result.points == result.max_points > 0
+    assert result.points == result.max_points
+    assert result.max_points > 0 or CHECKS[name].points == CHECKS[name].hidden_points == 0  # advice only
 
 
 @VISIBLE_AND_HIDDEN

@@ -226,10 +226,13 @@ SIGNATURE = ErrorHint(
     "unexpected keyword argument 'eps'", "keep the given signature: RMSNorm(hidden_size, eps=1e-6)."
 )
 
+# _norm is all a student writes in this notebook: its check carries all six points.
 NORM = Check(
     name="07.rmsnorm_norm",
     target="RMSNorm",
     answer="rmsnorm",
+    points=2.0,
+    hidden_points=4.0,
     error_hints=[NO_WEIGHT, SIGNATURE],
     cases=norm_cases,
     run=run_norm,
@@ -259,9 +262,13 @@ NORM = Check(
     ],
 )
 
+# __init__ and forward are given: this check says whether they still work around the student's _norm,
+# as advice, and earns nothing (points go to what the student writes).
 MODULE = Check(
     name="07.rmsnorm",
     target="RMSNorm",
+    points=0.0,
+    hidden_points=0.0,
     cases=module_cases,
     run=run_module,
     concerns=[Concern("float32 x", weight=3), Concern(BFLOAT16, weight=1)],
