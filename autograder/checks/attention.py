@@ -307,8 +307,10 @@ def causal_mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 def run_causal_mask(causal_mask, case: Case) -> Outputs:
     mask = torch.as_tensor(causal_mask(case.inputs["T"]))
-    if "qkv" not in case.inputs:  # the dtype case: an empty slice of the mask carries its dtype alone
-        return {"mask_dtype": mask.reshape(-1)[:0]}
+    if (
+        "qkv" not in case.inputs
+    ):  # the dtype case: judged on the whole mask, so that it pays a right mask only
+        return {"mask_dtype": mask}
     masked = mask != 0  # the positions masked, whatever the dtype: a float mask is graded apart
     return {
         "mask": masked,
