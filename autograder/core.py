@@ -364,6 +364,27 @@ class NotAsAsked(Exception):
     answer lacks, not as an error the student's code raised."""
 
 
+@contextlib.contextmanager
+def names_replaced(function: Any, replacements: dict[str, Any]):
+    """The global names of the notebook that `function` (or a class's __init__) was defined in,
+    replaced meanwhile, defined or not (a cell that failed leaves its class undefined): how a
+    check puts a stand-in in place of another question's answer, so that its bugs cost that
+    question alone. Nothing is replaced for an object that has no such namespace."""
+    function = getattr(function, "__init__", function) if isinstance(function, type) else function
+    namespace = getattr(function, "__globals__", None)
+    if not isinstance(namespace, dict):
+        yield
+        return
+    originals = {name: namespace[name] for name in replacements if name in namespace}
+    namespace.update(replacements)
+    try:
+        yield
+    finally:
+        for name in replacements:
+            namespace.pop(name, None)
+        namespace.update(originals)
+
+
 def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
     """Call the object under test on every case; errors become text, never escape."""
     return [_run_case(check, obj, case) for case in cases]

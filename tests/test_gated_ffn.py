@@ -268,3 +268,28 @@ def test_biases_cannot_hide_from_the_case_that_counts_them():
 def test_a_count_returned_as_text_is_refused():
     result = verdict("05.parameter_count", (lambda d, f, gated: str(3 * d * f), ref("llama_hidden_dim")))
     assert "the function returned a str, not a number" in result.message, result.message
+
+
+GLU_VARIANT_ON_OWN_GELU = """
+import math
+import torch
+
+def gelu(z):  # GPT-2's tanh approximation: Question 1's mistake
+    return 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+
+def glu_variant(x, w, v, variant):
+    gates = {"glu": torch.sigmoid, "bilinear": lambda h: h, "reglu": torch.relu, "geglu": gelu}
+    gates["swiglu"] = torch.nn.functional.silu
+    return gates[variant](x @ w) * (x @ v)
+"""
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_glu_variant_on_a_wrong_gelu_of_question_1_is_charged_there_only(seed):
+    """One bug, one charge: the tanh gelu of Question 1 costs 05.gelu, not 05.glu_variants' geglu share."""
+    names = {}
+    exec(GLU_VARIANT_ON_OWN_GELU, names)
+    assert not verdict("05.gelu", (names["gelu"], ref("gelu_derivative")), seed).passed
+    result = verdict("05.glu_variants", names["glu_variant"], seed)
+    assert result.passed, result.message
+    assert names["gelu"].__name__ == "gelu"  # the notebook's own gelu is back in place

@@ -377,3 +377,41 @@ def balance_in_float64(router_logits, selected_experts):
 def test_a_balancing_loss_in_float64_passes():
     result = verdict("06.load_balancing", balance_in_float64)
     assert result.passed, result.message
+
+
+MOE_ON_A_BROKEN_EXPERT = """
+import torch
+import torch.nn as nn
+
+class FeedForward(nn.Module):  # Question 1 unfinished: forward fails, and w2 maps to d_ff
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w2 = nn.Linear(hidden_size, d_ff, bias=False)
+
+    def forward(self, x):
+        raise NotImplementedError()
+
+class MoeLayer(nn.Module):
+    def __init__(self, hidden_size, d_ff, num_experts, n_experts_per_token):
+        super().__init__()
+        self.n_experts_per_token = n_experts_per_token
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)])
+"""
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_feed_forward_bug_costs_06_moe_init_nothing(seed):
+    """One mistake, one charge: 06.moe_init grades the gate and the experts' registration; the expert
+    itself is 06.feed_forward's. Experts built with their sizes swapped still fail."""
+    names = {}
+    exec(MOE_ON_A_BROKEN_EXPERT, names)
+    result = verdict("06.moe_init", names["MoeLayer"], seed)
+    assert result.passed, result.message
+    swapped = MOE_ON_A_BROKEN_EXPERT.replace(
+        "FeedForward(hidden_size, d_ff) for", "FeedForward(d_ff, hidden_size) for"
+    )
+    exec(swapped, names)
+    result = verdict("06.moe_init", names["MoeLayer"], seed)
+    assert not parts(result)[INIT_CORE] and "Each expert must map hidden_size features" in result.message

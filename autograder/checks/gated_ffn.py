@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls, names_replaced
 from .warmup import LARGE, LARGE_Z, MODERATE_Z, activation_check
 
 Tensor = torch.Tensor
@@ -252,8 +252,11 @@ def variant_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 
 def run_variant(glu_variant, case: Case) -> Outputs:
+    """A glu_variant that calls the notebook's gelu gets the exact GELU in its place: gelu is Question 1's,
+    graded in 05.gelu, and its bugs cost that question alone."""
     inputs = case.inputs
-    return {"y": glu_variant(inputs["x"], inputs["w"], inputs["v"], inputs["variant"])}
+    with names_replaced(glu_variant, {"gelu": F.gelu}):
+        return {"y": glu_variant(inputs["x"], inputs["w"], inputs["v"], inputs["variant"])}
 
 
 GLU_VARIANTS = Check(

@@ -9,7 +9,7 @@ in place of the student's and loads the case's gate weights, so a bug in the exp
 import torch
 import torch.nn as nn
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, names_replaced
 from .gated_ffn import PARAMETERS_UNEXPECTED, bias_free, both_orders, count_biases, gated_parameters, zero
 
 Tensor = torch.Tensor
@@ -136,9 +136,23 @@ def init_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
+class SizedExpert(nn.Module):
+    """What 06.moe_init builds in place of the student's FeedForward, which 06.feed_forward grades:
+    a trusted map from its first size to itself, with a weight. A bug of FeedForward then costs this
+    question nothing, while experts built with the wrong sizes, shared or not registered still show."""
+
+    def __init__(self, hidden_size: int, *args, **kwargs):
+        super().__init__()
+        self.weight = nn.Parameter(torch.eye(hidden_size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x @ self.weight
+
+
 def run_init(moe_class, case: Case) -> Outputs:
     d, f, e, k = case.inputs["args"]
-    moe = moe_class(d, f, e, k)
+    with names_replaced(moe_class, {"FeedForward": SizedExpert}):
+        moe = moe_class(d, f, e, k)
     if isinstance(moe.experts, dict | nn.ModuleDict):
         raise ValueError(
             "self.experts is a dict: keep the experts in an nn.ModuleList, numbered as the gate's scores are"
@@ -290,21 +304,12 @@ def build_with_stand_ins(cls, args: tuple, parts: tuple[str, ...]):
     """cls(*args); if that raises, again with the classes and functions named in `parts`, as its
     __init__ finds them, replaced by StandIn meanwhile, defined or not (a cell that failed leaves
     its class undefined). Finished parts are kept when cls builds: an __init__ may read their weights."""
-    namespace = getattr(getattr(cls, "__init__", None), "__globals__", None)
-    if not isinstance(namespace, dict):
-        return cls(*args)
     try:
         return cls(*args)
     except Exception:
         pass
-    originals = {name: namespace[name] for name in parts if name in namespace}
-    namespace.update(dict.fromkeys(parts, StandIn))
-    try:
+    with names_replaced(cls, dict.fromkeys(parts, StandIn)):
         return cls(*args)
-    finally:
-        for name in parts:
-            namespace.pop(name, None)
-        namespace.update(originals)
 
 
 def _routing_inputs(g: torch.Generator, b: int, t: int, d: int, e: int, k: int) -> dict:
