@@ -6,7 +6,8 @@ no answer. Each kind stands for what a student who has not done the work might h
 - "identity": a region that returns gives back its function's first argument (x in, x out);
 - "zeros", "ones", "random": the region runs as the reference does, then every tensor and number
   it returns or binds is replaced by zeros, ones or noise of the same shape and dtype: right
-  shapes, no answer.
+  shapes, no answer. A region that writes into an object (self.x = ..., cache[i] = ...) would do
+  graded work by running: it returns its first argument so replaced instead, or nothing.
 
 Regions of an `__init__` (or any region that neither returns nor binds a local name) are left
 empty in every kind: a do-nothing answer registers nothing either.
@@ -95,6 +96,21 @@ def _own_names(function: ast.FunctionDef, lines: range) -> list[str]:
     return sorted(set(names))
 
 
+def _writes_state(function: ast.FunctionDef, lines: range) -> bool:
+    """Whether statements of `function` in `lines` write into an object (self.x = ..., cache[i] = ...):
+    work that the rest of the class reads and a check may grade on its own."""
+    stack = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, SCOPES):
+            continue
+        if isinstance(node, ast.Attribute | ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if node.lineno in lines:
+                return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _enclosing_function(tree: ast.Module, line: int) -> ast.FunctionDef:
     innermost = None
     for node in ast.walk(tree):
@@ -130,6 +146,9 @@ def do_nothing_source(source: str, kind: str) -> str:
             replacement = f"{indent}pass\n"
         elif kind == "identity":
             replacement = f"{indent}return {_first_argument(function)}\n" if returns else f"{indent}pass\n"
+        elif _writes_state(function, lines):  # running it would do the work: its input, made no answer
+            value = f"__do_nothing__({_first_argument(function)})"
+            replacement = f"{indent}return {value}\n" if returns else f"{indent}pass\n"
         else:
             replacement = _wrapped(body, first, returns, indent) + "".join(
                 f"{indent}{name} = __do_nothing__({name})\n" for name in names if not returns

@@ -42,6 +42,14 @@ SOURCE = """class Layer:
         return h + y
 
 
+class Cache:
+    def write(self, k):
+        ### BEGIN SOLUTION
+        self.k[0] = k
+        return k.sum()
+        ### END SOLUTION
+
+
 def answer(x):
     ### BEGIN SOLUTION
     def inner(z):
@@ -54,7 +62,7 @@ def answer(x):
 
 
 def test_do_nothing_kinds_replace_only_the_answer_regions():
-    assert do_nothing_source(SOURCE, "stub").count("raise NotImplementedError()") == 3
+    assert do_nothing_source(SOURCE, "stub").count("raise NotImplementedError()") == 4
     passed = do_nothing_source(SOURCE, "pass")
     assert "self.weight" not in passed and "h = x * 2" not in passed and "return h + y" in passed
     identity = do_nothing_source(SOURCE, "identity")
@@ -65,4 +73,5 @@ def test_do_nothing_kinds_replace_only_the_answer_regions():
     assert "self.weight" not in zeros
     assert "h = __do_nothing__(h)" in zeros and "v = __do_nothing__" not in zeros
     assert "return __do_nothing__(inner(\n        x\n    ))" in zeros and "        return z\n" in zeros
+    assert "self.k[0] = k" not in zeros and "return __do_nothing__(k)" in zeros  # its write is the work
     compile(zeros, "zeros", "exec")

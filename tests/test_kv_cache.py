@@ -113,9 +113,10 @@ def test_no_alternative_rebinds_a_name_of_the_notebook():
 @pytest.mark.parametrize("seed", SEEDS, ids=["visible", "hidden"])
 def test_the_training_mask_loses_the_steps_and_keeps_the_prefill_and_cache(seed):
     """torch.tril with its diagonal at key 0: one prefill and the cache's contents are right; every
-    call at start_pos > 0 (the chunked cases, the window's among them) is wrong, and named."""
+    call at start_pos > 0 (the chunked cases, the window's and the grouped heads' among them) is wrong,
+    and named."""
     result = verdict("09.kv_cache", mistake("09.kv_cache", "_TrainingMask"), seed)
-    assert parts(result) == only_failing(kc.DECODE, kc.WINDOW), result.message
+    assert parts(result) == only_failing(kc.DECODE, kc.WINDOW, kc.GQA), result.message
     assert "Looks like: the training mask reused" in part_message(result, kc.DECODE)
     assert "differs from one prefill of the whole sequence" in part_message(result, kc.DECODE)
 
@@ -145,8 +146,27 @@ def test_a_wrong_repeat_kv_costs_the_grouped_cases_and_is_named(seed):
     assert "Looks like: the key/value heads tiled" in gqa
 
 
-# A bug of Question 1 or 2 is Question 1's or 2's to charge (and theirs charge it); here it should
-# cost only the parts whose values it changes, as 08 does with the parts pasted from 03-07.
+@pytest.mark.parametrize("seed", SEEDS, ids=["visible", "hidden"])
+def test_heads_grouped_wrongly_in_decode_steps_only_lose_the_grouped_cases(seed):
+    """A layer that tiles the key/value heads ([k0, k1, k0, k1]) in single-token calls only: every prefill
+    is right, so only the grouped cases fed step by step (n_kv_heads 2 of 8 query heads) can tell."""
+    source = solution_sources(ASSIGNMENT)["kv_cache"]
+    for name in ("keys", "values"):
+        cached = "cache_k" if name == "keys" else "cache_v"
+        source = replaced(
+            source,
+            f"{name} = repeat_kv(self.{cached}[:B, :, :end], H // H_kv)",
+            f"{name} = self.{cached}[:B, :, :end].repeat(1, H // H_kv, 1, 1) if T == 1 else "
+            f"repeat_kv(self.{cached}[:B, :, :end], H // H_kv)",
+        )
+    result = verdict("09.kv_cache", layer_answer(notebook_names(kv_cache=source)), seed)
+    assert parts(result) == only_failing(kc.GQA), result.message
+    assert "differs from one prefill of the whole sequence" in part_message(result, kc.GQA)
+
+
+# A bug of Question 1 or 2 is Question 1's or 2's to charge (and theirs charge it). The layer's RoPE is
+# replaced by a stand-in, so a bug of Question 1 costs nothing here; repeat_kv is not (a stand-in would
+# be Question 2's answer, shipped to students), so a bug of it costs only the parts whose values it changes.
 EARLIER_BUGS = [
     pytest.param(
         {"repeat_kv": TILED_REPEAT},
@@ -163,8 +183,8 @@ EARLIER_BUGS = [
     pytest.param(
         {"rope_positions": "start_pos ignored"},
         None,
-        (kc.DECODE, kc.WINDOW, kc.CACHE),
-        id="RoPE ignoring start_pos: one prefill is right",
+        (),
+        id="RoPE ignoring start_pos: Question 1's to charge, a stand-in takes its place",
     ),
 ]
 
@@ -294,7 +314,7 @@ def test_the_blog_with_its_scatter_fixed_fails_on_the_mask_shape_with_the_hint()
 
 def test_the_blog_reading_its_positions_reuses_the_training_mask_by_name():
     for result in blog_verdicts(SCATTER_FIXED, READ_FIXED):
-        assert parts(result) == only_failing(kc.DECODE, kc.WINDOW), result.message
+        assert parts(result) == only_failing(kc.DECODE, kc.WINDOW, kc.GQA), result.message
         assert "Looks like: the training mask reused" in part_message(result, kc.DECODE)
 
 

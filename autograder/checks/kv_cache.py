@@ -189,7 +189,7 @@ REPEAT_KV = Check(
 
 DECODE = "a prefill, then chunks and single tokens at start_pos > 0"
 PREFILL = "one prefill from position 0 (the causal forward)"
-GQA = "grouped-query attention (n_kv_heads < num_heads)"
+GQA = "grouped-query attention (n_kv_heads < num_heads), in a prefill and step by step"
 WINDOW = "a sliding window (window_size=W)"
 CACHE = "the cache: (max_batch_size, n_kv_heads, max_seq_len, head_dim), keys rotated, written at start_pos"
 
@@ -201,6 +201,7 @@ LAYER_CASES = [
     (PREFILL, 1, 5, 12, 3, 3, 2, 9, None, (5,), True),
     (GQA, 2, 8, 24, 6, 2, 2, 10, None, (8,), False),
     (GQA, 1, 7, 16, 4, 1, 1, 8, None, (7,), True),
+    (GQA, 1, 7, 32, 8, 2, 1, 9, None, (3, 1, 1, 1, 1), False),  # in steps too: heads may go wrong there only
     (WINDOW, 1, 10, 16, 4, 4, 1, 12, 3, (6, 1, 2, 1), False),  # Hkv = H: repeat_kv plays no part
     (CACHE, 2, 8, 16, 4, 2, 3, 11, None, (5, 2, 1), False),
 ]
@@ -221,8 +222,7 @@ def _layer_inputs(g, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> dict:
         },
         "x": torch.randn(b, length, d, generator=g),
         "chunks": list(chunks),
-        # the RoPE and repeat_kv of the notebook, run on their own to name a bug of theirs
-        "probe_q": torch.randn(1, 1, min(3, c - 1), dh, generator=g),  # rotated at start_pos 1
+        # the repeat_kv of the notebook, run on its own to name a bug of its
         "probe_kv": torch.randn(1, h_kv, 2, dh, generator=g),
     }
     if stale:  # a longer sequence first: the cache then holds its keys past the new one's end
@@ -246,7 +246,7 @@ def kv_cache_cases(g: torch.Generator, hidden: bool) -> list[Case]:
             h = h_kv * (_int(g, 2, 3) if concern == GQA else 1)
             d, length = h * 2 * _int(g, 1, 4), _int(g, 3, 14)
             first = _int(g, 1, length - 1)
-            chunks = [length] if concern == GQA else [first] + [1] * (length - first)
+            chunks = [first] + [1] * (length - first)  # a prefill, then one token a call
             shapes.append(
                 (
                     concern,
@@ -262,16 +262,43 @@ def kv_cache_cases(g: torch.Generator, hidden: bool) -> list[Case]:
                     bool(_int(g, 0, 1)),
                 )
             )
-    cases = []
-    for shape in shapes:
-        concern, *rest = shape
-        inputs = _layer_inputs(g, *rest)
-        # the judge keeps the reference's RoPE of the probe, to name a bug of Question 1's RoPE
-        probe = reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs["probe_q"], 1)
-        cases.append(
-            Case(_layer_name(concern, *rest), inputs, judge_only={"rope_probe": probe}, concern=concern)
+    return [
+        Case(_layer_name(concern, *rest), _layer_inputs(g, *rest), concern=concern)
+        for concern, *rest in shapes
+    ]
+
+
+class PositionStandIn(nn.Module):
+    """What 09.kv_cache puts in place of the layer's RoPE, which Question 1 asks for (09.rope_positions
+    charges its bugs). Not a rotation, so it answers no question: it scales the token at absolute
+    position p by 1 + p / 16. It still depends on the absolute position, so a layer that passes the
+    wrong start_pos, or turns its cached keys again, still shows."""
+
+    def forward(self, queries: Tensor, keys: Tensor, start_pos: int = 0) -> tuple[Tensor, Tensor]:
+        T = queries.shape[-2]
+        scale = 1 + torch.arange(start_pos, start_pos + T, dtype=torch.float32)[:, None] / 16  # (T, 1)
+        return queries * scale.to(queries.dtype), keys * scale.to(keys.dtype)
+
+
+def _with_position_stand_in(layer, rope_class):
+    """The layer with PositionStandIn in place of its RoPE module: the one of the notebook's RoPE class,
+    or else the given self.rope."""
+    found = [
+        name
+        for name, part in layer.named_children()
+        if isinstance(rope_class, type) and isinstance(part, rope_class)
+    ]
+    if not found and isinstance(getattr(layer, "rope", None), nn.Module):
+        found = ["rope"]
+    if not found:
+        raise NotAsAsked(
+            "the layer holds no RoPE module: keep the given self.rope = RoPE(rotation_matrix) and rotate q "
+            "and k with it (this check puts a stand-in in its place, so that a bug of Question 1 costs "
+            "Question 1 only)"
         )
-    return cases
+    for name in found:
+        setattr(layer, name, PositionStandIn())
+    return layer
 
 
 def build_cached_layer(layer_class, inputs: dict):
@@ -302,7 +329,7 @@ def run_kv_cache(targets, case: Case) -> Outputs:
     layer_class, rope_class, repeat_kv = targets
     i = case.inputs
     with torch.no_grad():
-        layer = build_cached_layer(layer_class, i)
+        layer = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
         if "earlier" in i:
             layer(i["earlier"], 0)
         output = _fed_in_chunks(layer, i["x"], i["chunks"])
@@ -312,8 +339,9 @@ def run_kv_cache(targets, case: Case) -> Outputs:
             outputs = {"output": output}
         if len(i["chunks"]) > 1 and case.concern != CACHE:  # the same sequence in one prefill, fresh layer
             whole = i["x"].shape[1]
-            outputs["one_prefill"] = _fed_in_chunks(build_cached_layer(layer_class, i), i["x"], [whole])
-    outputs.update(_probes(rope_class, repeat_kv, i))
+            fresh = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
+            outputs["one_prefill"] = _fed_in_chunks(fresh, i["x"], [whole])
+    outputs.update(_repeat_probe(repeat_kv, i))
     return outputs
 
 
@@ -333,13 +361,10 @@ def _cache_contents(layer, b: int, end: int, h_kv: int) -> Outputs:
     return outputs
 
 
-def _probes(rope_class, repeat_kv, inputs: dict) -> Outputs:
-    """The notebook's RoPE at start_pos 1 and its repeat_kv, each on its own: a bug of theirs is
-    then named as one. A diagnosis never fails a check, whatever the code does."""
+def _repeat_probe(repeat_kv, inputs: dict) -> Outputs:
+    """The notebook's repeat_kv on its own: a bug of it is then named as one. A diagnosis never fails
+    a check, whatever the code does."""
     found = {}
-    with contextlib.suppress(Exception):
-        q = inputs["probe_q"]
-        found["rope_probe"] = _plain(rope_class(inputs["rotation_matrix"])(q, q.clone(), 1)[0], "")
     with contextlib.suppress(Exception):
         h, h_kv = inputs["config"][1:3]
         found["repeat_probe"] = _plain(repeat_kv(inputs["probe_kv"], h // h_kv), "")
@@ -360,17 +385,6 @@ def _steps_equal_one_prefill(case: Case, out: Outputs) -> str | None:
             )
         start += size
     return None
-
-
-def _rope_from_question_1(case: Case, out: Outputs) -> str | None:
-    got = out.get("rope_probe")
-    q = case.inputs["probe_q"]
-    if got is None or got.shape != q.shape:
-        return None
-    gap = (got.float() - case.judge_only["rope_probe"]).abs().max().item()
-    if gap < 1e-4:
-        return None
-    return f"your RoPE (Question 1) rotates queries at start_pos=1 wrongly, by up to {gap:.3g}: fix it first"
 
 
 def _repeat_kv_from_question_2(case: Case, out: Outputs) -> str | None:
@@ -408,14 +422,12 @@ KV_CACHE = Check(
         "cache_v": "the cached values cache_v[:B, :, :L]",
         "cache_k_shape": "the shape of cache_k",
         "cache_v_shape": "the shape of cache_v",
-        "rope_probe": "the queries your RoPE rotates at start_pos=1",
         "repeat_probe": "what your repeat_kv returns",
     },
-    measured=("one_prefill", "rope_probe", "repeat_probe"),
-    diagnostic=("RoPE", "repeat_kv"),
+    measured=("one_prefill", "repeat_probe"),
+    diagnostic=("RoPE", "repeat_kv"),  # RoPE: to find the layer's own, which a stand-in replaces
     properties=[
         Property("every step equals one prefill of the whole sequence", _steps_equal_one_prefill),
-        Property("your RoPE from Question 1 is right", _rope_from_question_1, names_only=True),
         Property("your repeat_kv from Question 2 is right", _repeat_kv_from_question_2, names_only=True),
     ],
     error_hints=[
