@@ -457,7 +457,19 @@ SILU = activation_check(
 # ----------------------------------------------------------------------------- spirals
 
 SPIRALS = {"width": 48, "depth": 2, "activation": "relu", "steps": 200, "lr": 0.03}
-THRESHOLD = 0.9  # held-out accuracy required
+# Held-out accuracy required, set between what correct trainings reach and what the wrong answers
+# it exists for reach. Full-batch Adam at lr 0.03 spikes now and then (the loss jumps up for some
+# steps, then falls again): a correct training that stops in a spike lands below its usual 0.95-1.0
+# (0.885 and 0.90 were seen when the threshold was 0.9, which failed them). Scanned by
+# `benchmarks/threshold_scan.py --seeds 1000` (benchmarks/results/threshold_scan_spirals.json), 2 hidden
+# cases a seed, held-out accuracy as min / 0.1% / 1% quantile / max:
+# - seeds 0-999: the reference 0.900 / 0.920 / 0.955 / 1.0, and module_list_nll and
+#   sequential_criterion the same on every seed; attributes_loss_after_step (the other order of
+#   initialisation) 0.920 / 0.925 / 0.955 / 1.0;
+# - untrained (any answer; also no optimizer.step()): at most 0.690 in those 8000 cases, so the
+#   guard against a pretrained model (`untrained >= THRESHOLD`) never fails a correct one;
+# - wrong, seeds 0-99: no activation at most 0.730, no zero_grad at most 0.695.
+THRESHOLD = 0.8
 
 
 def spirals_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -597,9 +609,22 @@ def _same_loss(got: float, want: float) -> bool:
 
 def _accuracy(case: Case, layers: list) -> float:
     with torch.no_grad():
-        predicted = _logits(case, layers, case.inputs["x_test"]).argmax(dim=1)
-    # Counted in integers: 180 of 200 as a float32 mean is 0.89999998, below a 0.9 it reaches.
+        return _share_right(case, _logits(case, layers, case.inputs["x_test"]))
+
+
+def _share_right(case: Case, logits: torch.Tensor) -> float:
+    predicted = logits.argmax(dim=1)
+    # Counted in integers: a float32 mean can fall just below a threshold that the count reaches
+    # (180 of 200 gives 0.89999998).
     return int((predicted == case.judge_only["y_test"]).sum()) / len(predicted)
+
+
+def held_out_accuracies(case: Case, out: Outputs) -> tuple[float, float]:
+    """The held-out accuracy of the trained model's own logits, and that of the MLP its initial
+    parameters describe (NaN if they describe none): what the threshold is set from
+    (benchmarks/threshold_scan.py)."""
+    initial = _layers(case, out, "initial")
+    return _share_right(case, out["logits"]), math.nan if initial is None else _accuracy(case, initial)
 
 
 def spirals_criterion(case: Case, out: Outputs) -> str | None:
