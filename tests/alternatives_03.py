@@ -1,7 +1,9 @@
 """Correct answers to notebook 03 (sliding-window attention) written differently from the reference.
 
 The layers come first as the original homework's text and given code lead students to write
-them (its Questions 1 to 6 and 15, here 1 to 6 and 10), then in other spellings. Each layer
+them (its Questions 1 to 6 and 15, here 1 to 6 and 10), then in other spellings, then with the
+signatures the homework leads to (its stub's three arguments, RoPE built inside; or a required
+table), which rotate always. Each layer
 uses one of notebook 04's correct RoPE alternatives where a student's would use their own
 `RoPE`; the answers to 03.rope_inside pair the layer with that class. ODD_ONLY holds homework
 solutions that handle odd windows only: the checks must grade them as right on every part but
@@ -15,7 +17,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .alternatives_00 import Answer
-from .alternatives_04 import RoPEBlockDiagonal, RoPEHomework, RoPELlama, RoPEReal
+from .alternatives_04 import (
+    RoPEBlockDiagonal,
+    RoPEHomework,
+    RoPELlama,
+    RoPEOwnAttributeName,
+    RoPEReal,
+    rotation_matrix_complex,
+    rotation_matrix_exp,
+)
 
 # ------------------------------------------------------------------ the layer (Q1-6, Q10)
 
@@ -200,6 +210,63 @@ class HomeworkOddOnlyShrunkPadding(HomeworkOddOnly):
         return self.out(context.reshape(batch_size, seq_length, hidden_size))
 
 
+class _HomeworkForward(_Projections):
+    """The homework's forward (Questions 1 to 6) with its Question 15: queries and keys always
+    rotated, by the RoPE the subclass keeps in `self.rotary`."""
+
+    def forward(self, x):
+        batch_size, seq_length, hidden_size = x.size()
+        padding = self.window_size // 2
+        qkv = self.qkv_linear(x).reshape(batch_size, seq_length, self.num_heads, 3 * self.head_dim)
+        queries, keys, values = qkv.permute(0, 2, 1, 3).chunk(3, dim=-1)  # (B, H, T, Dh) each
+        queries, keys = self.rotary(queries, keys)
+        keys_padded = F.pad(keys, (0, 0, padding, padding))
+        values_padded = F.pad(values, (0, 0, padding, padding))
+        keys_windows = keys_padded.unfold(2, self.window_size, 1)[:, :, :seq_length]  # (B, H, T, Dh, W)
+        values_windows = values_padded.unfold(2, self.window_size, 1)[:, :, :seq_length]
+        scores = torch.einsum("bhsd,bhsdw->bhsw", queries, keys_windows)
+        attentions = F.softmax(scores / self.head_dim**0.5, dim=-1)
+        context = torch.einsum("bhsw,bhsdw->bshd", attentions, values_windows)  # (B, T, H, Dh)
+        return self.out(context.reshape(batch_size, seq_length, hidden_size))
+
+
+class HomeworkStubBuildsRoPE(_HomeworkForward):
+    """The homework's stub as it is given, three arguments, its TODO done: RoPE created in __init__
+    from a table of the layer's own (period 10 000, a context of 512 positions)."""
+
+    def __init__(self, hidden_size, num_heads, window_size):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.rotary = RoPEHomework(rotation_matrix_complex(self.head_dim, 512, 10_000.0))
+
+
+class HomeworkRequiresTable(_HomeworkForward):
+    """The signature most homework solutions gave the layer: a required fourth argument."""
+
+    def __init__(self, hidden_size, num_heads, window_size, rotation_matrix):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.rotary = RoPELlama(rotation_matrix)
+
+
+class HomeworkOwnTableAsAttribute(_HomeworkForward):
+    """Three arguments and a context size of its own choice; the table kept on the layer under a name
+    of its own, and a RoPE made from it at each call."""
+
+    def __init__(self, hidden_size, num_heads, window_size, context_size=128):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.freqs_cis = rotation_matrix_exp(self.head_dim, context_size, 10_000.0)
+
+    def rotary(self, queries, keys):
+        return RoPEReal(self.freqs_cis)(queries, keys)
+
+
+class HomeworkTableKeywordOnly(_HomeworkForward):
+    """The table as a required keyword-only argument, wrapped in a RoPE that keeps it as `freqs`."""
+
+    def __init__(self, hidden_size, num_heads, window_size, *, rotation_matrix):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.rotary = RoPEOwnAttributeName(rotation_matrix)
+
+
 # ----------------------------------------------------------------------- the mask (Q7)
 
 
@@ -333,7 +400,17 @@ def blocked_gather(queries, keys, values, window_size, causal=False):
 
 
 ALTERNATIVES = {
-    "03.sliding_window": [HomeworkLayer, TableInForwardLayer, CatZerosLayer, GatherLayer, AsStridedLayer],
+    "03.sliding_window": [
+        HomeworkLayer,
+        TableInForwardLayer,
+        CatZerosLayer,
+        GatherLayer,
+        AsStridedLayer,
+        HomeworkStubBuildsRoPE,
+        HomeworkRequiresTable,
+        HomeworkOwnTableAsAttribute,
+        HomeworkTableKeywordOnly,
+    ],
     "03.window_mask": [mask_triu_tril, mask_logical, mask_distance],
     "03.masked_window": [
         window_attention_as_strided,
@@ -347,6 +424,10 @@ ALTERNATIVES = {
         Answer("cat_zeros_real_rope", CatZerosLayer, RoPEReal),
         Answer("gather_block_diagonal_rope", GatherLayer, RoPEBlockDiagonal),
         Answer("as_strided_llama_rope", AsStridedLayer, RoPELlama),
+        Answer("homework_stub_builds_rope", HomeworkStubBuildsRoPE, RoPEHomework),
+        Answer("homework_requires_table", HomeworkRequiresTable, RoPELlama),
+        Answer("homework_own_table_as_attribute", HomeworkOwnTableAsAttribute, RoPEReal),
+        Answer("homework_table_keyword_only", HomeworkTableKeywordOnly, RoPEOwnAttributeName),
     ],
     "03.blocked_attention": [blocked_block_of_w, blocked_gather],
 }

@@ -17,12 +17,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autograder import CHECKS, evaluate, reference
-from autograder.api import live_expectations, make_cases
+from autograder.api import live_expectations, load_snapshot, make_cases
 from autograder.cells import grade_id
+from autograder.checks import rope
 from autograder.checks.sliding_window import (
     EVEN,
     LINEAR_MEMORY,
     MEASURED_OUTPUTS,
+    NO_TABLE,
+    NO_TABLE_FOUND,
     NOT_A_NUMBER,
     ODD,
     ONE_SDPA_CALL,
@@ -30,15 +33,27 @@ from autograder.checks.sliding_window import (
     OPS_SHORT,
     REFERENCE_OPS,
     TABLE_KEPT,
+    TABLE_OPTIONAL,
+    TABLE_REQUIRED,
     VECTORISED,
     ops_cap,
+    table_argument,
 )
 from autograder.core import TOLERANCES, Case, _fresh_copy, judge
 from autograder.paths import REPO, source_notebook
 
-from .alternatives_03 import ODD_ONLY, CatZerosLayer
-from .alternatives_04 import RoPEReal
-from .submissions import mistake, parts
+from .alternatives import ALTERNATIVES
+from .alternatives_03 import (
+    ODD_ONLY,
+    CatZerosLayer,
+    HomeworkLayer,
+    HomeworkOwnTableAsAttribute,
+    HomeworkRequiresTable,
+    HomeworkStubBuildsRoPE,
+    HomeworkTableKeywordOnly,
+)
+from .alternatives_04 import RoPEHomework, RoPEOwnAttributeName, RoPEReal, rotation_matrix_complex
+from .submissions import mistake, parts, verdict
 
 ASSIGNMENT = "03_sliding_window"
 RTOL, ATOL = TOLERANCES[torch.float32]
@@ -451,18 +466,22 @@ class BufferRoPELayer(CatZerosLayer):
         self.rope = None if rotation_matrix is None else BufferRoPE(rotation_matrix)
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [(BufferRoPELayer, BufferRoPE), "TableAsBuffer"],
-    ids=["in RoPE", "in the layer"],
-)
-def test_a_table_registered_as_a_buffer_fails_only_the_cast(answer):
-    answer = mistake("03.rope_inside", answer) if isinstance(answer, str) else answer
-    for verdict in (
-        evaluate("03.rope_inside", answer),
-        evaluate("03.rope_inside", answer, hidden=True, seed=HIDDEN_SEED),
-    ):
-        all_but(verdict, TABLE_KEPT)
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_table_the_layer_registers_as_a_buffer_fails_only_the_cast(seed):
+    verdict = evaluate(
+        "03.rope_inside", mistake("03.rope_inside", "TableAsBuffer"), hidden=seed is not None, seed=seed
+    )
+    all_but(verdict, TABLE_KEPT)
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_table_kept_as_a_buffer_by_the_rope_of_04_is_charged_in_04_only(seed):
+    """One mistake, one charge: notebook 04's question asks the RoPE to keep its table through a cast,
+    and its check charges a buffer; the layer that wraps that RoPE is graded on its own code."""
+    hidden = {"hidden": seed is not None, "seed": seed}
+    assert evaluate("03.rope_inside", (BufferRoPELayer, BufferRoPE), **hidden).passed
+    in_04 = parts(evaluate("04.rope_forward", BufferRoPE, **hidden))
+    assert in_04[rope.CORE] and not in_04[rope.CAST], in_04
 
 
 class NoRotation(RoPEReal):
@@ -598,7 +617,7 @@ def test_a_projection_without_bias_gets_a_message(name, answer):
 
 
 @pytest.mark.parametrize("answer", ODD_ONLY["03.sliding_window"], ids=lambda a: a.__name__)
-@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED, 4, 5, 6, 8])
 def test_a_homework_solution_for_odd_windows_loses_only_the_even_windows(answer, seed):
     verdict = evaluate("03.sliding_window", answer, hidden=seed is not None, seed=seed)
     assert parts(verdict) == {ODD: True, EVEN: False, VECTORISED: True}, verdict.message
@@ -618,6 +637,164 @@ def test_swapped_einsum_subscripts_get_the_hint_where_they_raise():
     odd = next(p for p in evaluate("03.sliding_window", swapped).parts if p.concern == ODD)
     assert "your code raised RuntimeError: einsum()" in odd.message
     assert "the window is the LAST dimension" in odd.message, odd.message
+
+
+# ------------------------------------------- measured shares: earned with right values only
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_a_measured_share_is_earned_with_right_values_only(name):
+    """Each catalogued mistake loses a measured share exactly when it loses the core: a mistake of the
+    core gives wrong values in the measured run too, and one of an edge (even or causal windows) is
+    charged in that edge's share alone. Judged on what each mistake gave when the expectations were
+    made (the visible snapshot's, and the hidden cases of four seeds)."""
+    check, core = CHECKS[name], CHECKS[name].concerns[0].name
+    for seed in (None, 0, 1, 2):
+        if seed is None:
+            cases, expected, known = load_snapshot(name)
+        else:
+            cases = make_cases(name, hidden=True, seed=seed)
+            expected, known = live_expectations(name, cases)
+        for mistake_ in known:
+            results = [e.mistakes[mistake_.name] for e in expected]
+            got = parts(judge(check, cases, results, expected, known))
+            measured = {concern: got[concern] for concern in MEASURED[name]}
+            assert measured == dict.fromkeys(MEASURED[name], got[core]), (mistake_.name, seed, got)
+
+
+def measured_runs(name: str, seeds: range) -> list[dict]:
+    return [
+        case.inputs
+        for seed in seeds
+        for case in make_cases(name, hidden=True, seed=seed)
+        if "lengths" in case.inputs
+    ]
+
+
+def test_the_layers_measured_run_shows_every_mistake_of_the_odd_windows():
+    """Two heads or more (one hides a scale by sqrt(D), a split per projection, heads merged in the
+    wrong order), an odd W of 3 or more (W = 1 has no padding; an even W is its own share)."""
+    for inputs in measured_runs("03.sliding_window", range(60)):
+        w = inputs["window_size"]
+        assert inputs["num_heads"] >= 2 and w % 2 == 1 and w >= 3, (inputs["num_heads"], w)
+
+
+@pytest.mark.parametrize("name", ["03.window_mask", "03.masked_window", "03.blocked_attention"])
+def test_the_measured_runs_are_centred_windows_with_slots_to_mask(name):
+    for inputs in measured_runs(name, range(60)):
+        assert not inputs["causal"] and inputs["window_size"] >= 2, inputs["window_size"]
+        if name == "03.window_mask":  # where the extra key of an even window can go on the wrong side
+            assert inputs["window_size"] % 2 == 0, inputs["window_size"]
+
+
+# ------------------------------------------------ the signatures the original homework leads to
+
+
+def homework_answers(name: str) -> list:
+    return [a for a in ALTERNATIVES[name] if a.__name__.lower().startswith("homework")]
+
+
+HOMEWORK_ANSWERS = [
+    pytest.param(name, answer, id=f"{name}: {answer.__name__}")
+    for name in ("03.sliding_window", "03.rope_inside")
+    for answer in homework_answers(name)
+] + [
+    pytest.param("04.rope_forward", RoPEHomework, id="04.rope_forward: RoPEHomework"),
+    pytest.param("04.rope_forward", RoPEOwnAttributeName, id="04.rope_forward: RoPEOwnAttributeName"),
+    pytest.param("04.rotation_matrix", rotation_matrix_complex, id="04.rotation_matrix: complex"),
+]
+
+
+@pytest.mark.parametrize(("name", "answer"), HOMEWORK_ANSWERS)
+@pytest.mark.parametrize("seed", [None, 1, 2, 5, 11])
+def test_code_written_as_the_homework_leads_earns_full_marks(name, answer, seed):
+    """The homework's stub takes (hidden_size, num_heads, window_size) and creates RoPE inside; many
+    of its solutions require the table as a fourth argument; RoPE's attributes are named freely."""
+    result = verdict(name, answer, seed)
+    assert result.passed and result.points == result.max_points, result.message
+
+
+@pytest.mark.parametrize(
+    ("layer", "takes"),
+    [
+        (HomeworkLayer, (TABLE_OPTIONAL, "rotation_matrix")),
+        (HomeworkStubBuildsRoPE, (NO_TABLE, None)),
+        (HomeworkRequiresTable, (TABLE_REQUIRED, "rotation_matrix")),
+        (HomeworkOwnTableAsAttribute, (NO_TABLE, None)),
+        (HomeworkTableKeywordOnly, (TABLE_REQUIRED, "rotation_matrix")),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
+def test_the_layers_signature_says_whether_it_takes_a_table(layer, takes):
+    assert table_argument(layer) == takes
+
+
+class ThreeArgumentsNoRoPE(CatZerosLayer):
+    """Questions 1 to 6 done in the homework's three-argument stub; no RoPE."""
+
+    def __init__(self, hidden_size, num_heads, window_size):
+        super().__init__(hidden_size, num_heads, window_size)
+
+
+def test_a_three_argument_layer_without_rope_is_told_what_question_10_needs():
+    assert evaluate("03.sliding_window", ThreeArgumentsNoRoPE).passed
+    verdict_10 = evaluate("03.rope_inside", (ThreeArgumentsNoRoPE, RoPEReal))
+    assert verdict_10.points == 0
+    assert NO_TABLE_FOUND in verdict_10.message, verdict_10.message
+
+
+class ThreeArgumentsTableForTheWindow(HomeworkStubBuildsRoPE):
+    """Builds its table for window_size positions: too short once T > W."""
+
+    def __init__(self, hidden_size, num_heads, window_size):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.rotary = RoPEHomework(rotation_matrix_complex(self.head_dim, window_size, 10_000.0))
+
+
+def test_a_three_argument_layer_with_a_table_for_the_window_gets_the_hint():
+    result = evaluate("03.rope_inside", (ThreeArgumentsTableForTheWindow, RoPEHomework))
+    assert not result.passed
+    assert "a row for every position" in result.message, result.message
+
+
+class KeysLeftAlone(RoPEHomework):
+    def forward(self, queries, keys):
+        return super().forward(queries, keys)[0], keys
+
+
+class ThreeArgumentsKeysLeftAlone(HomeworkStubBuildsRoPE):
+    def __init__(self, hidden_size, num_heads, window_size):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.rotary = KeysLeftAlone(rotation_matrix_complex(self.head_dim, 512, 10_000.0))
+
+
+@pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
+def test_a_three_argument_layer_is_graded_with_the_cases_table_in_place_of_its_own(seed):
+    """Its rotation is judged as any layer's: a wrong one fails; Questions 1 to 6, with the rotation
+    made neutral, pass."""
+    assert evaluate(
+        "03.sliding_window", ThreeArgumentsKeysLeftAlone, hidden=seed is not None, seed=seed
+    ).passed
+    wrong = evaluate(
+        "03.rope_inside", (ThreeArgumentsKeysLeftAlone, KeysLeftAlone), hidden=seed is not None, seed=seed
+    )
+    assert wrong.points == 0, wrong.message
+
+
+class ThreeArgumentsTableAsBuffer(HomeworkStubBuildsRoPE):
+    """The layer's own table registered as a buffer of the layer: the cast makes it real."""
+
+    def __init__(self, hidden_size, num_heads, window_size):
+        super().__init__(hidden_size, num_heads, window_size)
+        self.register_buffer("table", rotation_matrix_complex(self.head_dim, 512, 10_000.0), persistent=False)
+
+    def forward(self, x):
+        self.rotary = RoPEHomework(self.table)
+        return super().forward(x)
+
+
+def test_a_three_argument_layer_that_registers_its_table_as_a_buffer_fails_only_the_cast():
+    all_but(evaluate("03.rope_inside", (ThreeArgumentsTableAsBuffer, RoPEHomework)), TABLE_KEPT)
 
 
 # ---------------------------------------------------------------------- the mistakes file

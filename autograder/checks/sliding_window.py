@@ -10,10 +10,11 @@ reference to the loop).
 """
 
 import contextlib
+import inspect
 
 import torch
 
-from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, OperationCount, Outputs, Property
 from .rope import random_rotation_table, reference_rotation
 
 # ------------------------------------------------------------------ shared by the checks
@@ -182,10 +183,10 @@ def _measured_lengths(
 
 # ------------------------------------------------------- the layer (Questions 1 to 6)
 
-# B, T, D, H, W: odd windows with T below, equal to and above W. The last odd shape and the first
-# even one have Dh == W, where einsum subscripts swapping the window and head_dim run (and give
-# other values) instead of raising.
-ODD_SHAPES = [(1, 10, 8, 2, 3), (2, 7, 12, 3, 5), (1, 3, 8, 2, 5), (2, 5, 8, 2, 5), (1, 9, 10, 2, 5)]
+# B, T, D, H, W: odd windows with T below, equal to and above W. The first even shape has Dh == W,
+# where einsum subscripts swapping the window and head_dim run (and give other values) instead of
+# raising. Every Dh is even, so that a layer that always rotates can be given a table.
+ODD_SHAPES = [(1, 10, 8, 2, 3), (2, 7, 12, 3, 5), (1, 3, 8, 2, 5), (2, 5, 8, 2, 5), (1, 9, 12, 2, 5)]
 EVEN_SHAPES = [(2, 9, 8, 2, 4), (1, 3, 8, 2, 6), (1, 6, 12, 2, 6)]
 ODD, EVEN = "odd windows", "even windows"
 
@@ -219,9 +220,15 @@ def layer_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 
 
 def _layer_at_two_lengths(g: torch.Generator, hidden: bool) -> Case:
+    """The measured run. Its outputs must be right too, so its shapes show every mistake of the odd
+    windows (the core): two heads or more (with one, Dh == D hides a scale by sqrt(D), a split per
+    projection and heads merged in the wrong order) and an odd W of 3 or more (with W = 1 there is
+    no padding to put on the wrong side). Never an even W: a layer that fails those loses their own
+    share, not this one as well."""
     b, d, h, w = (1, 8, 2, 5)
     if hidden:
-        b, h, w = (int(torch.randint(1, n, (), generator=g)) for n in (3, 4, 10))
+        b, h = int(torch.randint(1, 3, (), generator=g)), int(torch.randint(2, 4, (), generator=g))
+        w = 2 * int(torch.randint(1, 5, (), generator=g)) + 1
         d = h * 2 * int(torch.randint(1, 5, (), generator=g))
     short, long = _measured_lengths(g, hidden, (16, 64), 8)
     inputs = {**_layer_inputs(g, b, short, d, h, w), "lengths": (short, long)}
@@ -241,23 +248,96 @@ def _load(layer, weights: list[torch.Tensor]) -> None:
             linear.bias.copy_(bias)
 
 
-def build_layer(layer_class, inputs: dict):
-    """The student's layer with the case's weights, after the case's casts (module.to(dtype))."""
+# How a layer's __init__ takes a rotation table after (hidden_size, num_heads, window_size). The
+# course's layer takes rotation_matrix=None; the original homework's stub takes the three arguments
+# only, with a TODO to create RoPE inside (so such a layer builds its own table and always
+# rotates), and many of its solutions add a required fourth argument for the table.
+TABLE_REQUIRED, TABLE_OPTIONAL, NO_TABLE = "required", "optional", "none"
+
+
+def table_argument(layer_class) -> tuple[str, str | None]:
+    """Whether the layer's __init__ takes a table (TABLE_REQUIRED, TABLE_OPTIONAL or NO_TABLE), read
+    from its signature, and the keyword to pass it by (None: positionally, after the three)."""
+    try:
+        parameters = list(inspect.signature(layer_class).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: called as the course's layer is
+        return TABLE_OPTIONAL, None
+    kinds = inspect.Parameter
+    named = [p for p in parameters if p.name == "rotation_matrix"]
+    positional = [p for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    if named or len(positional) >= 4:
+        table = named[0] if named else positional[3]
+        keyword = None if table.kind == kinds.POSITIONAL_ONLY else table.name
+        if table.default is kinds.empty:
+            return TABLE_REQUIRED, keyword
+        # A fourth argument with another default (context_size=1024, period=1e4) is no table.
+        return (TABLE_OPTIONAL, keyword) if named or table.default is None else (NO_TABLE, None)
+    if any(p.kind == kinds.VAR_POSITIONAL for p in parameters):
+        return TABLE_OPTIONAL, None
+    return NO_TABLE, None
+
+
+def _construct(layer_class, inputs: dict, table: torch.Tensor | None, keyword: str | None):
     args = [inputs["hidden_size"], inputs["num_heads"], inputs["window_size"]]
-    if "rotation_matrix" in inputs:
-        args.append(inputs["rotation_matrix"])
-    layer = layer_class(*args)
-    for dtype in inputs.get("module_casts", []):
-        layer = layer.to(getattr(torch, dtype))
+    if table is None:
+        return layer_class(*args)
+    return layer_class(*args, **{keyword: table}) if keyword else layer_class(*args, table)
+
+
+def tables_held(layer, half: int) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    """(module, name, table) for every complex tensor of shape (..., C, half) that the layer or one
+    of its submodules (its RoPE) keeps, as a plain attribute or as a buffer: a table it built."""
+    found = []
+    for module in layer.modules():
+        for name, value in [*vars(module).items(), *module._buffers.items()]:
+            table = isinstance(value, torch.Tensor) and value.is_complex() and value.ndim >= 2
+            if table and value.shape[-1] == half:
+                found.append((module, name, value))
+    return found
+
+
+def replace_tables(held: list, make) -> None:
+    """Each table of `held` replaced where it is kept by make(table), as a buffer where it was one;
+    a table kept in two places (the layer and its RoPE) by one new tensor."""
+    new = {}
+    for module, name, table in held:
+        replacement = new.setdefault(id(table), make(table))
+        if name in module._buffers:
+            module._buffers[name] = replacement
+        else:
+            module.__dict__[name] = replacement
+
+
+def build_layer(layer_class, inputs: dict, longest: int):
+    """The student's layer for Questions 1 to 6, with the case's weights and the rotation made
+    neutral where the layer insists on one: these questions grade the windows, not RoPE (notebook
+    04's check and 03.rope_inside grade that). A layer that requires a table gets the identity
+    (ones, as complex numbers) with a row for each of the `longest` positions it is called at; one
+    that builds its own (the homework's three-argument stub) has each table it keeps turned into
+    ones, of its own layout (rows added where it has fewer than `longest`)."""
+    half = inputs["hidden_size"] // inputs["num_heads"] // 2
+    takes, keyword = table_argument(layer_class)
+    identity = torch.ones(longest, half, dtype=torch.complex64) if takes == TABLE_REQUIRED else None
+    layer = _construct(layer_class, inputs, identity, keyword)
+    if takes == NO_TABLE:
+        replace_tables(tables_held(layer, half), lambda table: _identity_like(table, longest))
     _load(layer, inputs["weights"])
     return layer
 
 
+def _identity_like(table: torch.Tensor, longest: int) -> torch.Tensor:
+    """Ones in the table's layout and dtype, with at least `longest` rows."""
+    *lead, rows, half = table.shape
+    return torch.ones(*lead, max(rows, longest), half, dtype=table.dtype)
+
+
 def run_layer(layer_class, case: Case) -> Outputs:
-    layer = build_layer(layer_class, case.inputs)
-    if "lengths" in case.inputs:
-        return measured_run(lambda: layer(case.inputs["x"]), lambda: layer(case.inputs["x_long"]), "output")
-    return {"output": layer(case.inputs["x"])}
+    i = case.inputs
+    longest = max(i["x"].shape[1], i["x_long"].shape[1] if "x_long" in i else 0)
+    layer = build_layer(layer_class, i, longest)
+    if "lengths" in i:
+        return measured_run(lambda: layer(i["x"]), lambda: layer(i["x_long"]), "output")
+    return {"output": layer(i["x"])}
 
 
 EINSUM_SHAPES = ErrorHint(
@@ -333,12 +413,15 @@ def mask_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         for causal, concern in ((False, CENTRED), (True, CAUSAL))
         for t, w in shapes
     ]
-    w, causal = (5, False)
+    # The measured run's masks must be right too: a centred window (the core; a wrong causal one
+    # loses the causal share, not this one as well) of an even W, where the extra key can be put on
+    # the wrong side.
+    w = 4
     if hidden:
-        w, causal = int(torch.randint(1, 12, (), generator=g)), bool(torch.randint(0, 2, (), generator=g))
+        w = 2 * int(torch.randint(1, 6, (), generator=g))
     short, long = _measured_lengths(g, hidden, (16, 64), 8)
-    inputs = {"seq_length": short, "window_size": w, "causal": causal, "lengths": (short, long)}
-    name = f"W={w}{', causal,' if causal else ''} built for T={short} and T={long}"
+    inputs = {"seq_length": short, "window_size": w, "causal": False, "lengths": (short, long)}
+    name = f"W={w} built for T={short} and T={long}"
     return [*cases, Case(name, inputs, concern=VECTORISED)]
 
 
@@ -420,12 +503,12 @@ def attention_cases(
     hidden: bool,
     shapes: list,
     max_window: int,
-    two_lengths: tuple[int, int, int, bool],
+    two_lengths: tuple[int, int, int],
     measured_concerns: tuple[str, ...],
 ) -> list[Case]:
     """Centred and causal cases of each (B, H, T, Dh, W), then a run at two lengths for each
-    measured concern: visible, B=1 H=2 Dh=8 and `two_lengths` (W, the two lengths, causal); hidden,
-    all drawn. Each run has inputs of its own, so that no answer can replay one run's result in
+    measured concern: visible, B=1 H=2 Dh=8 and `two_lengths` (W and the two lengths); hidden, all
+    drawn. Each run has inputs of its own, so that no answer can replay one run's result in
     another (a T x T run counted for its operations, a copy of its result for its memory)."""
     shapes = list(shapes) + ([_random_attention_shape(g, max_window) for _ in range(3)] if hidden else [])
     cases = [
@@ -443,25 +526,28 @@ def attention_cases(
 
 
 def _attention_at_two_lengths(
-    g: torch.Generator, hidden: bool, two_lengths: tuple[int, int, int, bool], concern: str
+    g: torch.Generator, hidden: bool, two_lengths: tuple[int, int, int], concern: str
 ) -> Case:
-    w, short, long, causal = two_lengths
+    """A measured run. Its outputs must be right too, so it is a case of the core, the centred window
+    (a wrong causal window loses the causal share, not this one as well), with W >= 2, where padded
+    slots exist to be masked or not."""
+    w, short, long = two_lengths
     b, h, dh = (1, 2, 8)
     # Hidden: B * H * Dh (32 at most) far below the long length (192 at least), where a (T, T)
     # tensor is then the largest.
     if hidden:
-        b, h, w = (int(torch.randint(1, n, (), generator=g)) for n in (3, 3, 13))
-        dh, causal = 4 * int(torch.randint(1, 3, (), generator=g)), bool(torch.randint(0, 2, (), generator=g))
+        b, h, w = (int(torch.randint(low, high, (), generator=g)) for low, high in ((1, 3), (1, 3), (2, 13)))
+        dh = 4 * int(torch.randint(1, 3, (), generator=g))
     short, long = _measured_lengths(g, hidden, (short, long), 16)
-    inputs = {**_qkv(g, b, h, short, dh), "window_size": w, "causal": causal, "lengths": (short, long)}
+    inputs = {**_qkv(g, b, h, short, dh), "window_size": w, "causal": False, "lengths": (short, long)}
     inputs["long"] = _qkv(g, b, h, long, dh)
-    run = f"B={b} H={h} Dh={dh} W={w}{' causal' if causal else ''} run at T={short} and T={long}"
+    run = f"B={b} H={h} Dh={dh} W={w} run at T={short} and T={long}"
     return Case(f"{run}, {concern}", inputs, concern=concern)
 
 
 def masked_window_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     measured = (VECTORISED, LINEAR_MEMORY)
-    return attention_cases(g, hidden, ATTENTION_SHAPES, 11, (5, 16, 256, False), measured)
+    return attention_cases(g, hidden, ATTENTION_SHAPES, 11, (5, 16, 256), measured)
 
 
 ATTENTION_OUTPUTS = {
@@ -566,7 +652,7 @@ def run_rope_inside(targets, case: Case) -> Outputs:
     that calls a wrong RoPE gives a wrong output, beside which the diagnosis is named."""
     layer_class, rope_class = targets
     i = case.inputs
-    layer = build_layer(layer_class, i)
+    layer = build_rope_layer(layer_class, rope_class, i)
     with _calls_of(rope_class) as calls:
         outputs = {"output": layer(i["x"])}
     if calls:
@@ -574,6 +660,60 @@ def run_rope_inside(targets, case: Case) -> Outputs:
         if rotated is not None:
             outputs["rope_queries"] = rotated
     return outputs
+
+
+NO_TABLE_FOUND = (
+    "your layer's __init__ takes (hidden_size, num_heads, window_size) only, and the layer keeps no "
+    "rotation table the check can find (a complex tensor of shape (C, Dh // 2), in the layer or in its "
+    "RoPE): build the table in __init__ with get_rotation_matrix and keep it there, or take it as a "
+    "fourth argument, rotation_matrix, as the notebook's layer does"
+)
+
+
+def build_rope_layer(layer_class, rope_class, inputs: dict):
+    """The student's layer with the case's table, weights and casts.
+
+    A layer that takes a table gets the case's, of random frequencies (so one that builds a table of
+    its own fails). One that takes none, as the original homework's stub (its TODO creates RoPE
+    inside, with a context and a period of the student's choice), has built its own: the case's
+    table is put where the layer keeps it (a buffer where it was one), and the layer is graded
+    against the reference with that same table. That grades what the question asks, where and how
+    the layer rotates, and neither the table's frequencies (04.rotation_matrix grades those) nor a
+    context or period the homework left open. Only a table with a row for every position of the
+    case is replaced: a shorter one (built for W rows) stays, and fails as it would in a model."""
+    table, length = inputs["rotation_matrix"], inputs["x"].shape[1]
+    takes, keyword = table_argument(layer_class)
+    layer = _construct(layer_class, inputs, None if takes == NO_TABLE else table, keyword)
+    if takes == NO_TABLE:
+        held = tables_held(layer, table.shape[-1])
+        if not held:
+            raise NotAsAsked(NO_TABLE_FOUND)
+        long_enough = [entry for entry in held if entry[2].shape[-2] >= length]
+        replace_tables(long_enough, lambda own: _in_layout(table, own))
+    layer = _cast(layer, rope_class, inputs.get("module_casts", []))
+    _load(layer, inputs["weights"])
+    return layer
+
+
+def _in_layout(table: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """The (C, Dh / 2) table in the dtype and leading dimensions of the layer's own ((1, 1, C, Dh / 2))."""
+    lead = own.shape[:-2]
+    shaped = table.to(own.dtype).reshape(*(1 for _ in lead), *table.shape)
+    return shaped.expand(*lead, *table.shape).contiguous()
+
+
+def _cast(layer, rope_class, dtypes: list[str]):
+    """The case's casts, module.to(dtype) in turn, after which the buffers of the student's RoPE
+    (notebook 04's class) are put back as they were: a RoPE that keeps its table as a buffer is
+    charged by 04.rope_forward, whose question asks for it to survive the cast; here the layer's own
+    code is graded (a table the layer itself registers as a buffer still fails)."""
+    ropes = [m for m in layer.modules() if isinstance(rope_class, type) and isinstance(m, rope_class)]
+    kept = [(rope, dict(rope._buffers)) for rope in ropes]
+    for dtype in dtypes:
+        layer = layer.to(getattr(torch, dtype))
+    for rope, buffers in kept:
+        rope._buffers.update(buffers)
+    return layer
 
 
 @contextlib.contextmanager
@@ -673,7 +813,7 @@ BLOCKED_SHAPES = [(1, 2, 20, 8, 5), (2, 1, 7, 4, 9), (1, 1, 33, 4, 4), (1, 2, 1,
 def blocked_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     shapes = ATTENTION_SHAPES + BLOCKED_SHAPES
     measured = (VECTORISED, LINEAR_MEMORY, ONE_SDPA_CALL)
-    return attention_cases(g, hidden, shapes, 40, (9, 32, 512, True), measured)
+    return attention_cases(g, hidden, shapes, 40, (9, 32, 512), measured)
 
 
 BLOCKED = Check(

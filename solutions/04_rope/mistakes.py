@@ -34,9 +34,36 @@ def polar_arguments_swapped(dim, context_size, period):
     return _table(dim, context_size, period, polar_swapped=True)
 
 
-def angles_not_exponentiated(dim, context_size, period):
-    freqs = 1.0 / period ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+def _angles(dim, context_size, period, *, invert=True):
+    """The real (C, dim // 2) angles p * w_k, before torch.polar."""
+    exponents = torch.arange(0, dim, 2, dtype=torch.float32) / dim
+    freqs = 1.0 / period**exponents if invert else period**exponents
     return torch.outer(torch.arange(context_size, dtype=torch.float32), freqs)
+
+
+def angles_not_exponentiated(dim, context_size, period):
+    return _angles(dim, context_size, period)
+
+
+def angles_of_uninverted_frequencies(dim, context_size, period):
+    return _angles(dim, context_size, period, invert=False)
+
+
+def angles_frequencies_first(dim, context_size, period):
+    """torch.outer(freqs, positions): (dim // 2, C), real."""
+    return _angles(dim, context_size, period).T.contiguous()
+
+
+def cos_sin_pairs(dim, context_size, period):
+    """(C, dim // 2, 2): the real and imaginary parts, as torch.view_as_real would give them."""
+    thetas = _angles(dim, context_size, period)
+    return torch.stack([thetas.cos(), thetas.sin()], dim=-1)
+
+
+def cos_sin_concatenated(dim, context_size, period):
+    """(C, dim): the cosines, then the sines."""
+    thetas = _angles(dim, context_size, period)
+    return torch.cat([thetas.cos(), thetas.sin()], dim=-1)
 
 
 class _RoPE(nn.Module):
@@ -184,6 +211,33 @@ MISTAKES = {
             "the angles are returned, not e^(i angle)",
             "finish with torch.polar(torch.ones_like(t), t).",
             angles_not_exponentiated,
+        ),
+        Mistake(
+            "the angles are returned, not e^(i angle), and their frequencies are period^(2k/dim) instead of "
+            "1 / period^(2k/dim)",
+            "two things: the frequencies must shrink with k, freqs = 1.0 / period ** (2k / dim); and the "
+            "table holds e^(i angle), so finish with torch.polar(torch.ones_like(t), t).",
+            angles_of_uninverted_frequencies,
+        ),
+        Mistake(
+            "the angles are returned as a real (dim // 2, context_size) tensor: torch.outer(freqs, "
+            "positions), not e^(i angle)",
+            "row p is position p: torch.outer(positions, freqs) gives the (context_size, dim // 2) angles; "
+            "then finish with torch.polar(torch.ones_like(t), t), which makes them complex.",
+            angles_frequencies_first,
+        ),
+        Mistake(
+            "cos and sin returned as a real (context_size, dim // 2, 2) tensor, not as complex numbers",
+            "RoPE multiplies complex pairs by the table, so it must be complex: "
+            "torch.polar(torch.ones_like(t), t) (or torch.complex(cos, sin)) gives the (context_size, "
+            "dim // 2) table of e^(i t).",
+            cos_sin_pairs,
+        ),
+        Mistake(
+            "cos and sin concatenated into a real (context_size, dim) tensor, not complex numbers",
+            "the table is (context_size, dim // 2) complex: torch.polar(torch.ones_like(t), t) (or "
+            "torch.complex(cos, sin)) puts each cosine and sine into one complex entry.",
+            cos_sin_concatenated,
         ),
     ],
     "04.rope_forward": [
