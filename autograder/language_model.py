@@ -139,10 +139,11 @@ def causal_window(T: int, W: int, device: torch.device) -> Tensor:
 
 
 def make_causal(model: nn.Module) -> nn.Module:
-    """Give every block's attention (model.blocks[i].attention) the causal window; returns model."""
-    for block in model.blocks:
-        block.attention = CausalWindowAttention(block.attention)
-    return model
+    """Give every block's attention the causal window, under the block's own name for it (the part is
+    found by what it is, as the checks find it); returns model."""
+    from .checks.transformer import made_causal  # here: that module imports this one
+
+    return made_causal(model)
 
 
 # ---------------------------------------------------------------------------------- training
@@ -227,6 +228,9 @@ def generate(
 # ------------------------------------------------------------------------ loading weights
 
 
+COURSE_PARTS = ("norm1", "attention", "norm2", "moe")  # a block's parts, as the course's model names them
+
+
 def load_weights(model: nn.Module, state: dict[str, Tensor]) -> None:
     """Weights saved under the course's names (the checkpoint's, a check's) into a student's
     Transformer: by name, except inside each expert, whose matrices notebook 06 let the student
@@ -234,7 +238,13 @@ def load_weights(model: nn.Module, state: dict[str, Tensor]) -> None:
     trying both ways on a probe. Tolerated, as the student's choices elsewhere in the course: a bias
     the saved weights lack (a gate's or an expert's) is set to zero, a head without a bias is
     accepted where the saved one is zero, blocks kept in a plain list are loaded under the names an
-    nn.ModuleList gives them, buffers are left alone. Names that match nothing raise, listed."""
+    nn.ModuleList gives them, buffers are left alone. A block whose parts have other names than the
+    course's (norm1, attention, norm2, moe) is loaded through a view of it under the course's names,
+    the parts found by what they are. Names that match nothing raise, listed."""
+    if not all(isinstance(getattr(b, name, None), nn.Module) for b in model.blocks for name in COURSE_PARTS):
+        from .checks.transformer import course_view  # here: that module imports this one
+
+        model = course_view(model, torch.zeros(1, 2, dtype=torch.long))
     own, buffers = _own_state(model)
     expert_keys = {k for k in state if ".moe.experts." in k}
     head_bias = "out.bias" in state and not bool(state["out.bias"].any())

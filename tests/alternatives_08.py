@@ -83,6 +83,39 @@ class BlockHomeworkStyle(nn.Module):
         return x
 
 
+class BlockOfOwnNames(nn.Module):
+    """The homework fixes no part names: the students' own (ln_moe, ln_attn, attn, moe_layer), the
+    MoE's norm registered before the attention's, so that only forward tells them apart."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        super().__init__()
+        self.ln_moe = RMSNorm(hidden_size)
+        self.ln_attn = RMSNorm(hidden_size)
+        self.attn = EfficientSlidingWindowMultiheadAttention(
+            hidden_size, num_heads, window_size, rotation_matrix
+        )
+        self.moe_layer = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)
+
+    def forward(self, x):
+        h = x + self.attn(self.ln_attn(x))
+        return h + self.moe_layer(self.ln_moe(h))
+
+
+class BlockOfNormsInAList(BlockOfOwnNames):
+    """The two norms in one nn.ModuleList, the attention's second."""
+
+    def __init__(self, hidden_size, *rest):
+        super().__init__(hidden_size, *rest)
+        del self.ln_moe, self.ln_attn
+        self.norms = nn.ModuleList([RMSNorm(hidden_size), RMSNorm(hidden_size)])
+
+    def forward(self, x):
+        h = x + self.attn(self.norms[1](x))
+        return h + self.moe_layer(self.norms[0](h))
+
+
 # ------------------------------------------------------------------------------ the model
 
 
@@ -229,6 +262,32 @@ class TransformerHomeworkStyle(nn.Module):
         return logits
 
 
+class TransformerOfOwnNames(TransformerAddModule):
+    """The reference's model over blocks whose parts have names of their own (every other block
+    with its norms in a list)."""
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_size,
+        num_heads,
+        window_size,
+        d_ff,
+        num_experts,
+        n_experts_per_token,
+        n_blocks,
+        max_seq_len,
+    ):
+        nn.Module.__init__(self)
+        table = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0)
+        self.embedding = nn.Embedding(vocabulary_size, hidden_size)
+        sizes = (hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.blocks = nn.ModuleList(
+            BlockOfNormsInAList(*sizes) if i % 2 else BlockOfOwnNames(*sizes) for i in range(n_blocks)
+        )
+        self.out = nn.Linear(hidden_size, vocabulary_size)
+
+
 # --------------------------------------------------------------- the reference's, other parts
 
 
@@ -291,7 +350,14 @@ def count_factored(V, D, H, W, F, E, K, N, C):
 
 
 ALTERNATIVES = {
-    "08.block": [BlockPartsReordered, BlockOneExpression, BlockHomeworkStyle, BlockOfOtherParts],
+    "08.block": [
+        BlockPartsReordered,
+        BlockOneExpression,
+        BlockHomeworkStyle,
+        BlockOfOtherParts,
+        BlockOfOwnNames,
+        BlockOfNormsInAList,
+    ],
     "08.transformer": [
         TransformerSequential,
         TransformerAddModule,
@@ -299,9 +365,15 @@ ALTERNATIVES = {
         TransformerTableKeywords,
         TransformerHomeworkStyle,
         TransformerOfOtherParts,
+        TransformerOfOwnNames,
     ],
     # 08.training trains each answer on every pinned seed: one besides the reference, for the suite's time.
-    "08.smoke_test": [TransformerHomeworkStyle, TransformerSequential, TransformerOfOtherParts],
+    "08.smoke_test": [
+        TransformerHomeworkStyle,
+        TransformerSequential,
+        TransformerOfOtherParts,
+        TransformerOfOwnNames,
+    ],
     "08.training": [TransformerHomeworkStyle],
     "08.parameter_count": [count_layer_by_layer, count_factored],
 }

@@ -16,24 +16,32 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autograder import language_model as lm
 from autograder import reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
 from autograder.checks.transformer import (
     BUILT,
     CAST,
+    FEW_TOKENS,
+    MANY_TOKENS,
     MODEL_WIRING,
+    NAMED,
     PREFIX_LENGTH,
     PREFIXES,
     REGISTERED,
     ROTATION,
+    TRAINING,
     WHOLE,
     WIRING,
+    _operations,
+    made_causal,
 )
 from autograder.core import _fresh_copy
 from autograder.exchange import write_cases
 from autograder.paths import source_notebook
 
+from .homework_08 import BLOCKS, TRANSFORMER
 from .submissions import (
     mistake,
     mutant,
@@ -170,7 +178,10 @@ def test_a_buggy_part_costs_the_block_nothing_and_fails_the_whole_model(bug):
         assert block.passed, block.message
     model = verdict("08.transformer", names["Transformer"])
     assert parts(model) == {**dict.fromkeys(MODEL_CONCERNS, True), WHOLE: False}, model.message
-    assert "the logits" in part_message(model, WHOLE)
+    whole = part_message(model, WHOLE)
+    assert "the logits" in whole
+    assert "your MoeLayer and its experts (graded in notebook 06)" in whole, whole
+    assert "your RMSNorm" not in whole and "your EfficientSlidingWindowMultiheadAttention" not in whole
 
 
 @pytest.mark.parametrize(
@@ -182,7 +193,7 @@ def test_unfinished_parts_leave_the_wiring_concerns_their_points(unfinished):
     stubs = {grade_id(c): c.source for c in release(ASSIGNMENT).cells}
     names = notebook_names(**{cell: stubs[cell] for cell in unfinished})
     block = verdict("08.block", names["TransformerBlock"])
-    assert parts(block) == {WIRING: True, BUILT: True}, block.message
+    assert parts(block) == {WIRING: True, BUILT: True, NAMED: True}, block.message
     model = verdict("08.transformer", names["Transformer"])
     assert parts(model) == {**dict.fromkeys(MODEL_CONCERNS, True), WHOLE: False, CAST: False}, model.message
     assert "NotImplementedError" in part_message(model, WHOLE)
@@ -238,17 +249,141 @@ def test_blocks_in_a_plain_list_lose_only_the_registration(seed):
         assert words in message, (words, message)
 
 
-def test_renamed_parts_are_told_the_names_both_ways():
+def test_renamed_parts_get_every_point_and_a_line_of_advice():
+    """The homework leaves the part names free: a block that calls its attention attn is graded in
+    full (found by its class), and told the course's names in the advice part only."""
     renamed = answer("block").replace("self.attention", "self.attn")
     assert "self.attention" not in renamed
     names = notebook_names(block=renamed)
-    block = verdict("08.block", names["TransformerBlock"])
-    assert not any(parts(block).values())
-    expected = "your block has no attention: name its parts norm1, attention, norm2, moe as the question asks"
-    assert expected in block.message and "yours has norm1, attn, norm2, moe" in block.message, block.message
+    for seed in (None, HIDDEN_SEED):
+        block = verdict("08.block", names["TransformerBlock"], seed)
+        assert block.passed and block.points == block.max_points, block.message
+        assert parts(block) == {WIRING: True, BUILT: True, NAMED: False}, block.message
+        assert "your block holds its attention under names of its own (advice, no points" in block.message
+        model = verdict("08.transformer", names["Transformer"], seed)
+        assert model.passed and model.points == model.max_points, model.message
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_code_written_from_the_homework_gets_full_marks(block):
+    """Questions 23 and 24 as the homework's text leads (tests/homework_08.py): parts named as the
+    student likes, the MoE under the feed-forward's name, an int period."""
+    names = notebook_names(block=BLOCKS[block], transformer=TRANSFORMER)
+    for check, answer_name, seeds in (
+        ("08.block", "TransformerBlock", (None, HIDDEN_SEED)),
+        ("08.transformer", "Transformer", (None, HIDDEN_SEED)),
+        ("08.smoke_test", "Transformer", (None, HIDDEN_SEED)),
+        ("08.training", "Transformer", (HIDDEN_SEED,)),
+    ):
+        for seed in seeds:
+            result = verdict(check, names[answer_name], seed)
+            assert result.passed and result.points == result.max_points, result.message
+
+
+GARBLED_EXPERT = """
+
+
+class FeedForward(nn.Module):
+    def __init__(self, hidden_size, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w2 = nn.Linear(hidden_size, d_ff, bias=False)
+        self.w3 = nn.Linear(d_ff, hidden_size, bias=False)
+
+    def forward(self, x):  # the homework's W3 . SiGLU(W1(x) . W2(x)), read as SiLU of the product
+        return self.w3(F.silu(self.w1(x) * self.w2(x)))
+"""
+HOMEWORK_RMSNORM = """
+
+
+class RMSNorm(RMSNorm):
+    def _norm(self, x):  # the homework's formula: sqrt(mean(x)), no square, no eps
+        return x * torch.rsqrt(x.mean(dim=-1, keepdim=True).abs())
+"""
+
+
+@pytest.mark.parametrize(
+    ("cell", "bug", "named"),
+    [
+        ("from_06", GARBLED_EXPERT, "your MoeLayer and its experts (graded in notebook 06)"),
+        ("from_07", HOMEWORK_RMSNORM, "your RMSNorm (graded in notebook 07)"),
+    ],
+    ids=["garbled expert", "homework's RMSNorm"],
+)
+def test_a_whole_model_mismatch_names_the_part_at_fault(cell, bug, named):
+    """Each part is run on the inputs the course's model gives it: the one that differs is named, in
+    a block whose parts have names of their own too."""
+    names = notebook_names(**{cell: answer(cell) + bug}, block=BLOCKS["short names"], transformer=TRANSFORMER)
+    result = verdict("08.transformer", names["Transformer"], HIDDEN_SEED)
+    assert not parts(result)[WHOLE] and all(parts(result)[c] for c in (MODEL_WIRING, REGISTERED, ROTATION))
+    whole = part_message(result, WHOLE)
+    assert "Property 'your parts compute the course's' fails too" in whole, whole
+    assert named in whole, whole
+    others = {"your MoeLayer", "your RMSNorm", "your EfficientSlidingWindowMultiheadAttention", "your head"}
+    assert not any(other in whole for other in others if not named.startswith(other)), whole
+
+
+def test_a_wiring_mismatch_says_the_parts_agree():
+    names = notebook_names(
+        block=answer("block").replace("h + self.moe(self.norm2(h))", "h + self.moe(self.norm2(x))")
+    )
     whole = part_message(verdict("08.transformer", names["Transformer"]), WHOLE)
-    assert "they have, your model has not: blocks.0.attention.qkv_linear.weight" in whole, whole
-    assert "your model has, they have not: blocks.0.attn.qkv_linear.weight" in whole, whole
+    assert "gives the course's values on the inputs the course's model gives it" in whole, whole
+    assert "how your block and model wire the parts together" in whole, whole
+
+
+EVEN_WINDOW_CRASH = """
+
+
+class EfficientSlidingWindowMultiheadAttention(EfficientSlidingWindowMultiheadAttention):
+    def forward(self, x):
+        assert self.window_size % 2 == 1, "an even window"  # notebook 03's bug, graded there
+        return super().forward(x)
+"""
+
+
+def test_an_attention_that_fails_even_windows_costs_nothing_here():
+    """An even window is notebook 03's concern: the whole model's shapes draw odd windows, training
+    uses the course's causal window."""
+    names = notebook_names(from_03=answer("from_03") + EVEN_WINDOW_CRASH)
+    for check in ("08.block", "08.transformer", "08.smoke_test"):
+        for seed in (None, *range(HIDDEN_SEED, HIDDEN_SEED + 4)):
+            result = verdict(check, names["Transformer" if check != "08.block" else "TransformerBlock"], seed)
+            assert result.passed and result.points == result.max_points, (check, seed, result.message)
+    assert verdict("08.training", names["Transformer"], HIDDEN_SEED).passed
+
+
+TOKEN_LOOP = """
+
+
+class MoeLayer(MoeLayer):
+    def forward(self, x):  # one expert call per token and slot
+        values, selected = torch.topk(self.gate(x), self.n_experts_per_token)
+        weights = F.softmax(values, dim=-1)
+        out = torch.zeros_like(x)
+        for b in range(x.shape[0]):
+            for t in range(x.shape[1]):
+                for k in range(self.n_experts_per_token):
+                    expert = self.experts[int(selected[b, t, k])]
+                    out[b, t] = out[b, t] + weights[b, t, k] * expert(x[b, t])
+        return out
+"""
+
+
+def test_the_training_guard_counts_work_not_time():
+    """The reference issues as many torch operations on many tokens as on few; a MoE that loops over
+    tokens about 10 times as many, and 08.training refuses it before training, naming the loop."""
+    counts = {}
+    for name, cell in (("reference", answer("from_06")), ("loop", answer("from_06") + TOKEN_LOOP)):
+        torch.manual_seed(0)
+        model = made_causal(notebook_names(from_06=cell)["Transformer"](*TRAINING))
+        counts[name] = (_operations(model, FEW_TOKENS), _operations(model, MANY_TOKENS))
+    assert counts["reference"][1] == counts["reference"][0], counts
+    assert counts["loop"][1] > 8 * counts["loop"][0], counts
+    result = verdict("08.training", notebook_names(from_06=answer("from_06") + TOKEN_LOOP)["Transformer"])
+    assert not result.passed
+    assert "its work grows with the number of tokens" in result.message, result.message
+    assert "Does your MoeLayer loop over tokens" in result.message, result.message
 
 
 def test_a_final_norm_is_listed_by_name_in_the_whole_model():
@@ -426,3 +561,17 @@ def test_a_table_asked_for_under_another_name_is_read_from_the_blocks(how, perio
     source = helper + answer("transformer").replace(call, "rotation(hidden_size // num_heads, max_seq_len)")
     result = verdict("08.transformer", notebook_names(transformer=source)["Transformer"])
     assert parts(result)[ROTATION] is passes, result.message
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_the_notebooks_own_cells_load_the_checkpoint_into_parts_of_any_name(block):
+    """The training and checkpoint cells of notebook 08 run before its last test cells: make_causal and
+    load_weights must find renamed parts as the checks do, or the notebook stops there. The homework's
+    model, loaded with the course's checkpoint, gives the course model's logits."""
+    names = notebook_names(block=BLOCKS[block], transformer=TRANSFORMER)
+    saved = torch.load(lm.CHECKPOINT, weights_only=True)
+    model = lm.make_causal(names["Transformer"](**saved["config"]))
+    lm.load_weights(model, saved["state_dict"])
+    tokens = lm.encode("\nthe cats see the river")[None]
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(tokens), lm.course_model()(tokens), rtol=1e-4, atol=1e-4)
