@@ -55,6 +55,8 @@ def tally(rows: list[Result]) -> dict[str, dict[str, CheckTally]]:
         for verdict in row.checks:
             by_check[verdict["check"]].append(verdict)
         for check, verdicts in by_check.items():
+            if not any(v["max_points"] for v in verdicts):
+                continue  # advice only (07.rmsnorm, which runs given code): nothing to tally
             one = tallies[row.notebook].setdefault(check, CheckTally())
             one.max_points = sum(v["max_points"] for v in verdicts)
             one.submissions += 1

@@ -25,14 +25,14 @@ SEED = 20261126  # both output folders draw the same cases
 
 
 def _class(folder: Path) -> None:
-    """Full marks, nothing, partial credit (a bfloat16 input comes back float32), and a file that
-    is not a notebook."""
+    """Full marks, nothing, partial credit (a causal mask of floats: its positions right, its dtype
+    not), and a file that is not a notebook."""
     notebooks = {
         ("perfect", "07_rmsnorm"): perfect("07_rmsnorm"),
         ("perfect", "04_rope"): perfect("04_rope"),
         ("untouched", "07_rmsnorm"): release("07_rmsnorm"),
-        ("mistaken", "07_rmsnorm"): mutant(
-            "07_rmsnorm", "rmsnorm", "RMSNorm", mistake("07.rmsnorm", "DtypeNotPreserved")
+        ("mistaken", "01_attention"): mutant(
+            "01_attention", "causal_mask", "causal_mask", mistake("01.causal_mask", "mask_of_floats")
         ),
     }
     for (student, notebook), content in notebooks.items():
@@ -58,13 +58,12 @@ def test_a_local_cluster_grades_as_the_local_pool_does(tmp_path):
     rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(pool.splitlines())}
     assert len(rows) == 5 and rows["broken", "04_rope"]["status"] == "failed"
     assert rows["perfect", "07_rmsnorm"]["score"] == "6" and rows["untouched", "07_rmsnorm"]["score"] == "0"
-    assert 0 < float(rows["mistaken", "07_rmsnorm"]["score"]) < 6
-    for student in ("perfect", "untouched", "mistaken"):  # the pages came back too, whole
-        assert (
-            (tmp_path / "cluster" / "feedback" / student / "07_rmsnorm.html")
-            .read_text()
-            .endswith("</html>\n")
-        )
+    mistaken = rows["mistaken", "01_attention"]
+    assert 0 < float(mistaken["score"]) < float(mistaken["max_score"])
+    pages = [("perfect", "07_rmsnorm"), ("untouched", "07_rmsnorm"), ("mistaken", "01_attention")]
+    for student, notebook in pages:  # the pages came back too, whole
+        page = tmp_path / "cluster" / "feedback" / student / f"{notebook}.html"
+        assert page.read_text().endswith("</html>\n")
 
 
 def _free_port() -> int:

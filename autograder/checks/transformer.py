@@ -13,7 +13,6 @@ that differs is named. The block's parts are found by their classes, not their n
 leaves those free).
 """
 
-import contextlib
 import math
 from types import SimpleNamespace
 
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 
 from .. import language_model as lm
 from .. import reference
-from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, OperationCount, Outputs, Property, names_replaced
 from ..playground import one_thread
 from .moe import BlackBoxExpert as BlackBox
 from .moe import StandIn, build_with_stand_ins, modules_with_own_weights
@@ -46,24 +45,6 @@ def _stand_in(g: torch.Generator, d: int) -> tuple[Tensor, Tensor]:
 def _table(angles: Tensor) -> Tensor:
     """A RoPE-shaped table of unit complex numbers from angles (C, Dh // 2); not RoPE's angles."""
     return torch.polar(torch.ones_like(angles), angles)
-
-
-@contextlib.contextmanager
-def _names_replaced(cls, stand_ins: dict):
-    """Within: the names of `stand_ins` bound to them where cls.__init__ finds its globals (the
-    notebook's, for a student's class); afterwards the originals are put back."""
-    namespace = getattr(getattr(cls, "__init__", None), "__globals__", None)
-    if not isinstance(namespace, dict):
-        yield
-        return
-    originals = {name: namespace[name] for name in stand_ins if name in namespace}
-    namespace.update(stand_ins)
-    try:
-        yield
-    finally:
-        for name in stand_ins:
-            namespace.pop(name, None)
-        namespace.update(originals)
 
 
 def _missing_parts(module: nn.Module, names: tuple[str, ...], what: str) -> None:
@@ -391,7 +372,7 @@ def run_block(block_class, case: Case) -> Outputs:
     i = case.inputs
     table = _table(i["angles"])
     if i["part"] == "built":
-        with _names_replaced(block_class, PART_SIZES):
+        with names_replaced(block_class, PART_SIZES):
             block = block_class(*i["args"], table)
         return _built_parts(block, i["args"][0], table, _kinds_of(block_class))
     block = _block_with_tags(block_class, (*i["args"], table))
@@ -410,7 +391,7 @@ def _block_with_tags(block_class, args: tuple) -> nn.Module:
     """The block built with tags as its parts; where its __init__ needs more of them (it reads their
     attributes), with its own parts, or StandIn where those cannot be built."""
     try:
-        with _names_replaced(block_class, PART_TAGS):
+        with names_replaced(block_class, PART_TAGS):
             return block_class(*args)
     except Exception:
         return build_with_stand_ins(block_class, args, PART_CLASSES)
@@ -854,7 +835,7 @@ class _TableCalls:
 
 def _run_table(transformer_class, args: tuple) -> Outputs:
     calls = _TableCalls()
-    with _names_replaced(
+    with names_replaced(
         transformer_class, {"get_rotation_matrix": calls.get_rotation_matrix, "TransformerBlock": calls.block}
     ):
         transformer_class(*args)
