@@ -246,9 +246,9 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
     # The tests ran before the time ran out: full marks, and the reason says what stopped.
     add("too-slow", "07_rmsnorm", slow, 6.0, "graded", "total time limit")
     slow_early = perfect("07_rmsnorm")
-    at = [grade_id(c) for c in slow_early.cells].index("rmsnorm_test")
+    at = [grade_id(c) for c in slow_early.cells].index("rmsnorm_norm_hidden")
     slow_early.cells[at:at] = [new_code_cell("import time\ntime.sleep(9)") for _ in range(5)]
-    add("too-slow-early", "07_rmsnorm", slow_early, 3.0, "graded", "2 test cells did not run")
+    add("too-slow-early", "07_rmsnorm", slow_early, 2.0, "graded", "3 test cells did not run")
     return expected
 
 
@@ -382,7 +382,7 @@ def test_nbgrader_tools_work_on_the_merged_course(graded):
     feedback = [str(nbgrader), "generate_feedback", "07_rmsnorm", "--student=untouched", "--force"]
     assert subprocess.run(feedback, cwd=out / "course", capture_output=True).returncode == 0
     text = page_text(out / "course" / "feedback" / "untouched" / "07_rmsnorm" / "07_rmsnorm.html")
-    assert "[07.rmsnorm] FAILED (0/2)" in text and "hidden=True" not in text and "Traceback" not in text
+    assert "[07.rmsnorm_norm] FAILED (0/4)" in text and "hidden=True" not in text and "Traceback" not in text
 
 
 def _rows(out: Path) -> dict[tuple[str, str], dict]:
@@ -419,7 +419,7 @@ def test_a_partial_folder_and_a_resubmission_keep_every_other_row_and_hand_grade
     and those whose work changed are set aside, said in its row, and kept in the ledger."""
     out = graded[2]
     marks = {
-        ("perfect", "07_rmsnorm", "rmsnorm_test"): (0.5, "rmsnorm"),
+        ("perfect", "07_rmsnorm", "rmsnorm_norm_test"): (0.5, "rmsnorm"),
         ("perfect", "04_rope", "rope_forward_test"): (0.25, "rope_forward"),
         ("untouched", "02_positions", "sinusoidal_test"): (1.0, "sinusoidal"),
     }
@@ -450,11 +450,11 @@ def test_a_partial_folder_and_a_resubmission_keep_every_other_row_and_hand_grade
         "seen: rope_forward",
     )  # answers unchanged
     assert kept[("untouched", "02_positions", "sinusoidal_test")] == (1.0, "seen: sinusoidal")
-    assert kept[("perfect", "07_rmsnorm", "rmsnorm_test")] == (None, None)  # its answer changed
+    assert kept[("perfect", "07_rmsnorm", "rmsnorm_norm_test")] == (None, None)  # its answer changed
     assert "not carried over" in after[("perfect", "07_rmsnorm")]["reason"]
     ledger = json.loads((out / "work" / "hand_grades.json").read_text())
     [aside] = [e for e in ledger["set_aside"] if e["key"] == "perfect/07_rmsnorm"]
-    assert aside["grades"]["rmsnorm_test"]["manual_score"] == 0.5
+    assert aside["grades"]["rmsnorm_norm_test"]["manual_score"] == 0.5
     assert aside["comments"]["rmsnorm"]["manual_comment"] == "seen: rmsnorm"
 
 

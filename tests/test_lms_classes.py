@@ -201,7 +201,7 @@ def test_hand_grades_survive_a_partial_regrade_of_a_canvas_class(graded_export, 
     course = f"sqlite:///{out / 'course' / 'gradebook.db'}"
     ann = str(STUDENTS["ann"].canvas)
     with Gradebook(course) as gradebook:  # as in formgrader
-        gradebook.find_grade("rmsnorm_test", "07_rmsnorm", "07_rmsnorm", ann).manual_score = 0.5
+        gradebook.find_grade("rmsnorm_norm_test", "07_rmsnorm", "07_rmsnorm", ann).manual_score = 1.5
         gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann).manual_comment = "see me"
         gradebook.db.commit()
     before = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv")}
@@ -218,7 +218,7 @@ def test_hand_grades_survive_a_partial_regrade_of_a_canvas_class(graded_export, 
     assert all(after[key] == before[key] for key in before if key not in changed)
     assert float(after[ann, "07_rmsnorm"]["score"]) == float(before[ann, "07_rmsnorm"]["score"]) - 0.5
     with Gradebook(course) as gradebook:
-        grade = gradebook.find_grade("rmsnorm_test", "07_rmsnorm", "07_rmsnorm", ann)
+        grade = gradebook.find_grade("rmsnorm_norm_test", "07_rmsnorm", "07_rmsnorm", ann)
         comment = gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann)
-        assert (grade.manual_score, comment.manual_comment) == (0.5, "see me")
+        assert (grade.manual_score, comment.manual_comment) == (1.5, "see me")
         assert gradebook.find_student(ann).last_name == "O'Neil"  # the roster's name, not "None"
