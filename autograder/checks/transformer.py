@@ -471,6 +471,7 @@ BLOCK = Check(
         "experts": "len(moe.experts)",
         "per token": "moe.n_experts_per_token",
         "d_ff": "the experts' hidden size d_ff",
+        "parts under the course's names": "whether norm1, attention, norm2 and moe are your parts' names",
     },
     error_hints=[
         ErrorHint(
@@ -967,6 +968,7 @@ MODEL = Check(
         "blocks built without the table": "the number of blocks built without that table",
         "float32 logits": "the logits of your model",
         "logits cast and back": "the logits of your model after model.to(torch.bfloat16) and back to float32",
+        **{key: f"the outputs of {part}" for key, part in PART_GRADED_IN.items()},
     },
     properties=[
         Property("blocks registered", _registered, concern=REGISTERED),
