@@ -369,7 +369,7 @@ def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
                 "        path.write_bytes(bytes(raw))\n"
                 "ex.write_results = tamper",
             ),
-            FULL - 2,
+            FULL - 4,  # the hidden part of 07.rmsnorm_norm, refused
             "malformed results",
         ),
         Attack(
