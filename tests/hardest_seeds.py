@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from autograder.api import make_cases
+from autograder.playground import one_thread
 
 from .alternatives import ALTERNATIVES
 
@@ -26,10 +27,15 @@ def answer_names(name: str) -> list[str]:
 
 
 def fingerprint(name: str, seeds: list[int]) -> str:
-    """sha256 of every hidden case those seeds draw: names, concerns and every input, bit for bit."""
+    """sha256 of every hidden case those seeds draw: names, concerns and every input, bit for bit.
+
+    Drawn on one thread, as a grading worker draws them: cases that hold a model's outputs (08's
+    parts) differ in their last bits with the thread count."""
     digest = hashlib.sha256()
     for seed in seeds:
-        for case in make_cases(name, hidden=True, seed=seed):
+        with one_thread():
+            cases = make_cases(name, hidden=True, seed=seed)
+        for case in cases:
             digest.update(f"{case.name}\0{case.concern}\0".encode())
             for key in sorted(case.inputs):
                 digest.update(key.encode() + b"\0" + _value_bytes(case.inputs[key]))
