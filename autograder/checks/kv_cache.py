@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.nn as nn
 
-from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property
+from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, names_replaced
 from .rope import random_rotation_table, reference_rotation
 
 Tensor = torch.Tensor
@@ -328,7 +328,11 @@ def _fed_in_chunks(layer, x: Tensor, chunks: list[int]) -> Tensor:
 def run_kv_cache(targets, case: Case) -> Outputs:
     layer_class, rope_class, repeat_kv = targets
     i = case.inputs
-    with torch.no_grad():
+    probe = _repeat_probe(repeat_kv, i)
+    # A repeat_kv that fails Question 2's probe is charged there (09.repeat_kv): the layer runs with one
+    # that is right, so that the same bug costs no points here.
+    stand_in = {} if _repeats_as_asked(case, probe) else {"repeat_kv": _repeat_stand_in(i["config"][2])}
+    with torch.no_grad(), names_replaced(layer_class, stand_in):
         layer = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
         if "earlier" in i:
             layer(i["earlier"], 0)
@@ -341,8 +345,7 @@ def run_kv_cache(targets, case: Case) -> Outputs:
             whole = i["x"].shape[1]
             fresh = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
             outputs["one_prefill"] = _fed_in_chunks(fresh, i["x"], [whole])
-    outputs.update(_repeat_probe(repeat_kv, i))
-    return outputs
+    return outputs | probe
 
 
 def _cache_contents(layer, b: int, end: int, h_kv: int) -> Outputs:
@@ -387,13 +390,29 @@ def _steps_equal_one_prefill(case: Case, out: Outputs) -> str | None:
     return None
 
 
-def _repeat_kv_from_question_2(case: Case, out: Outputs) -> str | None:
+def _repeat_stand_in(n_kv_heads: int):
+    """A right repeat_kv, for a layer whose own is wrong: it repeats the heads' dimension of (B, Hkv, T,
+    Dh), or of Llama's (B, T, Hkv, Dh) that a layer may have been written for."""
+
+    def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+        return x.repeat_interleave(n_rep, dim=1 if x.shape[1] == n_kv_heads else 2)
+
+    return repeat_kv
+
+
+def _repeats_as_asked(case: Case, out: Outputs) -> bool:
+    """Whether the notebook's repeat_kv gave query head h the key/value head h // n_rep on the probe
+    (False when it raised)."""
     got, x = out.get("repeat_probe"), case.inputs["probe_kv"]
     h, h_kv = case.inputs["config"][1:3]
     if got is None:
-        return None
+        return False
     want = x.repeat_interleave(h // h_kv, dim=1)
-    if got.shape == want.shape and torch.allclose(got, want):
+    return got.shape == want.shape and torch.allclose(got, want)
+
+
+def _repeat_kv_from_question_2(case: Case, out: Outputs) -> str | None:
+    if out.get("repeat_probe") is None or _repeats_as_asked(case, out):
         return None
     return (
         "your repeat_kv (Question 2) does not give query head h the key/value head h // n_rep: fix it first"
