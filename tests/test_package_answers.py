@@ -65,6 +65,7 @@ def test_no_package_object_passes_a_check():
     child = subprocess.run(
         [sys.executable, "-m", "tests.test_package_answers"],
         cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # tiny tensors, as in tests/conftest.py
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
