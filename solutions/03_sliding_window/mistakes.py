@@ -399,7 +399,8 @@ MISTAKES = {
             mask_inverted,
         ),
         Mistake(
-            "a causal window of W + 1 keys (the query and the W before it)",
+            "a causal window of W + 1 keys (the query and the W before it), as the Mistral paper's text "
+            "words it; the course counts W, as the paper's figure and Hugging Face do",
             "a causal window of W keys is the query and the W - 1 before it: visible when "
             "-(W - 1) <= j - i <= 0.",
             mask_causal_w_plus_one,
@@ -426,7 +427,8 @@ MISTAKES = {
             padding_not_masked,
         ),
         Mistake(
-            "a causal window of W + 1 keys (the query and the W before it)",
+            "a causal window of W + 1 keys (the query and the W before it), as the Mistral paper's text "
+            "words it; the course counts W, as the paper's figure and Hugging Face do",
             "causal: the query and the W - 1 tokens before it, so pad W - 1 on the left (none on the right) "
             "and unfold windows of W.",
             causal_w_plus_one,

@@ -386,7 +386,8 @@ CACHE_MISTAKES = [
         _cached(_WindowIgnored),
     ),
     Mistake(
-        "a window of W + 1 keys (j >= p - W)",
+        "a window of W + 1 keys (j >= p - W), as the Mistral paper's text words it; the course counts W, "
+        "as the paper's figure and Hugging Face do",
         "query at position p sees the W keys p - W + 1 .. p: require j > p - W.",
         _cached(_WindowOneWide),
     ),
