@@ -191,8 +191,10 @@ SIGLU = Check(
     run=run_siglu,
     concerns=[Concern(SIGLU_CORE, weight=3), Concern(BIAS_FREE, weight=1)],
     outputs={
-        "y": "SiGLU(x) for one of the two ways of loading the case's matrices (the output of smaller sum)",
-        "y_swapped": "SiGLU(x) for the other way of loading the case's matrices (the output of larger sum)",
+        # Which of the student's projections gates is theirs to name: both ways are run.
+        "y": "SiGLU(x), the case's two matrices loaded into your two projections one way round "
+        "(of the two ways, the output whose values sum lower)",
+        "y_swapped": "SiGLU(x), the two matrices loaded the other way round (the output whose values sum higher)",
         "bias vectors": "the number of bias vectors",
     },
     properties=[
