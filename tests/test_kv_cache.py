@@ -111,13 +111,28 @@ def test_no_alternative_rebinds_a_name_of_the_notebook():
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=["visible", "hidden"])
+def test_sdpa_is_causal_is_named_as_the_triangle_it_is(seed):
+    """scaled_dot_product_attention(is_causal=True) aligns its triangle at the top left: in a call at
+    start_pos > 0 it hides the cached keys, as the training mask does, and the message says so."""
+    source = replaced(
+        solution_sources(ASSIGNMENT)["kv_cache"],
+        '        weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)\n'
+        "        context = weights @ values  # (B, H, T, Dh)",
+        "        context = F.scaled_dot_product_attention(q, keys, values, is_causal=True)",
+    )
+    result = verdict("09.kv_cache", layer_answer(notebook_names(kv_cache=source)), seed)
+    assert not parts(result)[kc.DECODE], result.message
+    assert "is_causal=True, which puts its triangle at the top left" in part_message(result, kc.DECODE)
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=["visible", "hidden"])
 def test_the_training_mask_loses_the_steps_and_keeps_the_prefill_and_cache(seed):
     """torch.tril with its diagonal at key 0: one prefill and the cache's contents are right; every
     call at start_pos > 0 (the chunked cases, the window's and the grouped heads' among them) is wrong,
     and named."""
     result = verdict("09.kv_cache", mistake("09.kv_cache", "_TrainingMask"), seed)
     assert parts(result) == only_failing(kc.DECODE, kc.WINDOW, kc.GQA), result.message
-    assert "Looks like: the training mask reused" in part_message(result, kc.DECODE)
+    assert "Looks like: a causal triangle that starts at key 0" in part_message(result, kc.DECODE)
     assert "differs from one prefill of the whole sequence" in part_message(result, kc.DECODE)
 
 
@@ -314,7 +329,7 @@ def test_the_blog_with_its_scatter_fixed_fails_on_the_mask_shape_with_the_hint()
 def test_the_blog_reading_its_positions_reuses_the_training_mask_by_name():
     for result in blog_verdicts(SCATTER_FIXED, READ_FIXED):
         assert parts(result) == only_failing(kc.DECODE, kc.WINDOW, kc.GQA), result.message
-        assert "Looks like: the training mask reused" in part_message(result, kc.DECODE)
+        assert "Looks like: a causal triangle that starts at key 0" in part_message(result, kc.DECODE)
 
 
 def test_the_blog_with_the_calls_rows_of_its_mask_lacks_only_the_window():

@@ -332,9 +332,10 @@ CACHE_MISTAKES = [
         _cached(_WrittenOneLate),
     ),
     Mistake(
-        "the training mask reused (torch.tril of a (T, start_pos + T) block, its diagonal at key 0)",
+        "a causal triangle that starts at key 0: the training mask reused (torch.tril of a (T, start_pos + T) "
+        "block), or scaled_dot_product_attention's is_causal=True, which puts its triangle at the top left",
         "in a step, query i sits at position start_pos + i: it sees key j when j <= start_pos + i. Build the "
-        "mask from absolute positions, not from indices within the call.",
+        "mask from absolute positions, not from indices within the call, and pass it as attn_mask.",
         _cached(_TrainingMask),
     ),
     Mistake(
