@@ -597,6 +597,11 @@ def judge_concern(
             continue
         broken = _property_failures(check, case, result)
         lines = [f"case {case.name}: {problem}"]
+        if isinstance(result, dict) and any(key in result for key in check.measured):
+            lines.append(
+                "  This part measures how your code computes and pays only right values: here the values "
+                "are wrong, not the measurement"
+            )
         lines += [f"  Property '{name}' fails too: {failure}" for name, failure in broken]
         diagnosis, named = _diagnose(check, result, expect, mistakes)
         if diagnosis:

@@ -190,6 +190,19 @@ def test_a_loop_over_rows_loses_only_the_loop_concern():
     assert "a Python loop goes over the rows" in result.message
 
 
+def test_wrong_values_fail_the_loop_concern_with_a_message_that_blames_the_values():
+    """The loop concern pays only right values; a vectorised answer with wrong values must not read as
+    if a loop was found."""
+
+    def unnormalised(embeddings):
+        return embeddings @ embeddings.T
+
+    result = verdict("10.cosine_similarity_matrix", unnormalised)
+    loop_part = next(part.message for part in result.parts if part.concern == ONE_CALL)
+    assert "here the values are wrong, not the measurement" in loop_part
+    assert "a Python loop goes over the rows" not in loop_part
+
+
 def weights_leaving_the_hook(model, tokens, block, head):
     model.blocks[block].attention.register_forward_hook(lambda *args: None)
     return ref("attention_weights")(model, tokens, block, head)
