@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from autograder import reference
 from autograder.checks.gated_ffn import BIAS_FREE, FFN_COUNT, LLAMA_DIM, SIGLU_CORE, VARIANT_CONCERNS
+from autograder.checks.warmup import LARGE_Z, MODERATE_Z
 from autograder.core import TOLERANCES
 
 from .submissions import names_the_notebook_binds, parts, verdict
@@ -143,9 +144,12 @@ def gelu_exact_derivative(z):
     return cdf + z * torch.exp(-z * z / 2) / math.sqrt(2 * math.pi)
 
 
-def test_the_tanh_approximation_is_named():
+def test_the_tanh_approximation_is_named_and_charged_where_it_is_off():
+    """Off by up to 5e-4 at moderate z, and exact at large |z|, where it neither overflows nor errs:
+    the large-z part, which judges large z alone, pays it."""
     result = verdict("05.gelu", (gelu_tanh_as_sigmoid, gelu_tanh_as_sigmoid_derivative))
-    assert result.points == 0
+    graded = {part.concern: part.passed for part in result.parts}
+    assert graded == {MODERATE_Z: False, LARGE_Z: True}, result.message
     assert f"Looks like: {TANH_NAME}" in result.message, result.message
 
 

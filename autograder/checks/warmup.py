@@ -308,7 +308,9 @@ def activation_cases(concerns: dict[str, str]) -> Callable[[torch.Generator, boo
         for kind, name, z in _activation_inputs(g, hidden):
             slope = torch.randn(16, generator=g, dtype=torch.float64) * 4
             slope = slope + slope.sign() * 0.01  # keep z +- h away from the kink at 0
-            inputs = {"z": z, "z_slope": slope, "h": SLOPE_STEP}
+            inputs = {"z": z}
+            if kind != LARGE:  # slopes are at moderate z: the large-z part judges large z alone
+                inputs |= {"z_slope": slope, "h": SLOPE_STEP}
             result.append(Case(f"{name}, float32", inputs, concern=concerns.get(kind, "")))
         return result
 
@@ -317,17 +319,17 @@ def activation_cases(concerns: dict[str, str]) -> Callable[[torch.Generator, boo
 
 def run_activation(functions, case: Case) -> Outputs:
     f, derivative = functions
-    z, zs, h = case.inputs["z"], case.inputs["z_slope"], case.inputs["h"]
-    return {
-        "f": f(z),
-        "df": derivative(z),
-        "f(z+h) float64": f(zs + h),
-        "f(z-h) float64": f(zs - h),
-        "df float64": derivative(zs),
-    }
+    z = case.inputs["z"]
+    outputs = {"f": f(z), "df": derivative(z)}
+    if "z_slope" in case.inputs:
+        zs, h = case.inputs["z_slope"], case.inputs["h"]
+        outputs |= {"f(z+h) float64": f(zs + h), "f(z-h) float64": f(zs - h), "df float64": derivative(zs)}
+    return outputs
 
 
 def _slope_agrees(case: Case, out: Outputs) -> str | None:
+    if "z_slope" not in case.inputs:
+        return None
     zs, h = case.inputs["z_slope"], case.inputs["h"]
     numeric = (out["f(z+h) float64"].double() - out["f(z-h) float64"].double()) / (2 * h)
     yours = out["df float64"].double()
