@@ -2,6 +2,7 @@
 
 import ast
 import hashlib
+import re
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,24 @@ def release(assignment: str) -> nbformat.NotebookNode:
 def solution_sources(assignment: str) -> dict[str, str]:
     notebook = nbformat.read(source_notebook(assignment), as_version=4)
     return {grade_id(c): c.source for c in notebook.cells if nbgrader_meta(c).get("solution")}
+
+
+SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.DOTALL)
+
+
+@cache
+def answer_lines(assignment: str) -> frozenset[str]:
+    """The lines of the reference's answers, stripped, less those the notebook gives too (notebook 03's
+    loop splits q, k and v as the vectorised answer does) and lines of brackets alone."""
+    cells = nbformat.read(source_notebook(assignment), as_version=4).cells
+    given = {line.strip() for cell in cells for line in SOLUTION_REGION.sub("", cell.source).splitlines()}
+    return frozenset(
+        line.strip()
+        for source in solution_sources(assignment).values()
+        for region in SOLUTION_REGION.findall(source)
+        for line in region.splitlines()
+        if any(c.isalnum() for c in line) and line.strip() not in given
+    )
 
 
 def perfect(assignment: str) -> nbformat.NotebookNode:

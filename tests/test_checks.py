@@ -26,7 +26,7 @@ from .alternatives import (
     rotation_matrix_complex,
     rotation_matrix_exp,
 )
-from .submissions import namespace, objects_for, release, verdict
+from .submissions import answer_lines, namespace, objects_for, release, verdict
 
 HIDDEN_SEED = 7
 # None: the visible cases (from the snapshot); an int: the hidden cases drawn from that seed.
@@ -70,14 +70,23 @@ MISTAKES = [
 ]
 
 
+# An answer's line shorter than this ("return x", "h = block(h)") is words any message may use.
+SHORTEST_LEAK = 20
+
+
 @pytest.mark.parametrize(("name", "mistake"), MISTAKES)
 def test_mistake_is_diagnosed(name, mistake):
     """On the visible cases, as a student's notebook judges them (from the snapshot). The hidden
-    cases: test_grading.py::test_every_mistake_costs_points_and_is_named, through a notebook."""
+    cases: test_grading.py::test_every_mistake_costs_points_and_is_named, through a notebook. The
+    message says what is wrong and why: code is the hint ladder's to give, so it holds no line of
+    the reference's answers."""
     result = verdict(name, mistake.impl)
     # A mistake costs points, or fails a concern that is advice only (and is named there).
     assert not result.passed or any(not part.passed for part in result.parts), result.message
     assert f"Looks like: {mistake.name}" in result.message, result.message
+    code = (line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name)))
+    handed_out = [line for line in code if len(line) >= SHORTEST_LEAK and line in result.message]
+    assert not handed_out, result.message
 
 
 ALTERNATIVE_ANSWERS = [

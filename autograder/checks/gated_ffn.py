@@ -194,7 +194,8 @@ SIGLU = Check(
         # Which of the student's projections gates is theirs to name: both ways are run.
         "y": "SiGLU(x), the case's two matrices loaded into your two projections one way round "
         "(of the two ways, the output whose values sum lower)",
-        "y_swapped": "SiGLU(x), the two matrices loaded the other way round (the output whose values sum higher)",
+        "y_swapped": "SiGLU(x), the two matrices loaded the other way round "
+        "(the output whose values sum higher)",
         "bias vectors": "the number of bias vectors",
     },
     properties=[

@@ -88,7 +88,8 @@ FEED_FORWARD = Check(
         # Which of the student's projections is w1 and which w3 is theirs to name: both ways are run.
         "y": "FeedForward(x), the case's w1 and w3 loaded into your two projections one way round "
         "(of the two ways, the output whose values sum lower)",
-        "y_swapped": "FeedForward(x), w1 and w3 loaded the other way round (the output whose values sum higher)",
+        "y_swapped": "FeedForward(x), w1 and w3 loaded the other way round "
+        "(the output whose values sum higher)",
         "bias vectors": "the number of bias vectors",
     },
     properties=[bias_free(NO_BIAS, "your expert", "Mistral's and Llama's experts have none (bias=False)")],

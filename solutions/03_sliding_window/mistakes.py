@@ -462,8 +462,8 @@ MISTAKES = {
         ),
         Mistake(
             "the values are rotated too",
-            "RoPE rotates queries and keys only: queries, keys = self.rope(queries, keys); values stay as "
-            "they are.",
+            "RoPE rotates queries and keys only, to make their scores depend on the offset between "
+            "positions; values carry content, and stay as they are.",
             (ValuesRotated, _RoPE),
         ),
         Mistake(

@@ -229,10 +229,12 @@ def llama_dim_not_rounded(hidden_size, multiple_of):
 
 EXACT_GELU = "GELU(z) = z * Phi(z) with Phi(z) = (1 + erf(z / sqrt(2))) / 2"
 DERIVATIVE = "GELU'(z) = Phi(z) + z * phi(z), with phi(z) = exp(-z^2 / 2) / sqrt(2 pi)"
-GATE = "return self.W(x) * torch.sigmoid(self.W_g(x)): one projection, through the sigmoid, scales the other"
-ROUND_UP = (
-    "hidden = int(2 * 4 * hidden_size / 3), then multiple_of * ((hidden + multiple_of - 1) // multiple_of)"
+# What to change, in words and the notebook's formulas: the code is the hint ladder's to give.
+GATE = (
+    "the output is W x times sigmoid(W_g x), element by element: one projection, through the sigmoid, "
+    "scales the other"
 )
+ROUND_UP = "two thirds of 4 D, truncated to an integer, then rounded up to the next multiple of multiple_of"
 
 MISTAKES = {
     "05.gelu": [
@@ -254,8 +256,8 @@ MISTAKES = {
         ),
         Mistake(
             "Phi(z) written with erf(z) instead of erf(z / sqrt(2))",
-            "The standard normal CDF is Phi(z) = (1 + torch.erf(z / math.sqrt(2))) / 2; erf(z) alone "
-            "belongs to a normal variable of variance 1/2.",
+            "The standard normal CDF is Phi(z) = (1 + erf(z / sqrt 2)) / 2, as the notebook writes it; erf(z) "
+            "alone belongs to a normal variable of variance 1/2.",
             (gelu_erf_of_z, gelu_erf_of_z_derivative),
         ),
         Mistake(
@@ -266,8 +268,8 @@ MISTAKES = {
         ),
         Mistake(
             "the normal density phi(z) without its factor 1 / sqrt(2 pi)",
-            "The normal density is phi(z) = torch.exp(-z * z / 2) / math.sqrt(2 * math.pi): it must "
-            "integrate to 1.",
+            "The normal density phi(z) = exp(-z^2 / 2) / sqrt(2 pi) has that factor so that it integrates "
+            "to 1.",
             (gelu_exact, gelu_derivative_density_unnormalised),
         ),
     ],

@@ -354,13 +354,14 @@ def balance_softmax_over_tokens(router_logits, selected_experts):
 
 
 EXPERT = "w2(F.silu(w1(x)) * w3(x)): SiLU on w1(x) alone, times w3(x), then w2"
+# What to change, in words and the notebook's formulas: the code is the hint ladder's to give.
 INIT = (
-    "self.gate = nn.Linear(hidden_size, num_experts, bias=False); self.experts = "
-    "nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)])"
+    "the gate is one bias-free linear map from hidden_size to num_experts (a score per expert), and the "
+    "experts are num_experts FeedForward(hidden_size, d_ff), each built by its own call, in an nn.ModuleList"
 )
 ROUTE = (
-    "values, selected_experts = torch.topk(self.gate(x), k); weights = F.softmax(values, dim=-1); "
-    "then per expert out[batch_idx, token_idx] += weights[batch_idx, token_idx, topk_idx, None] * expert(...)"
+    "each token takes its K largest gate logits (torch.topk), a softmax over those K gives its weights, and "
+    "each selected expert's output, times its weight, is added into that token's row of out"
 )
 SHARES = (
     "f_i = (assignments to expert i) / (N * K), P_i = mean over tokens of softmax(router_logits, dim=-1)_i, "
@@ -472,7 +473,7 @@ MISTAKES = {
         ),
         Mistake(
             "the gate applied after the experts: the router scores the experts' output instead of x",
-            f"the router looks at the tokens themselves: router_logits = self.gate(x). {ROUTE}.",
+            f"the router scores the tokens themselves: the gate reads x, before any expert runs. {ROUTE}.",
             GateOnExpertOutputs,
         ),
         Mistake(
@@ -487,7 +488,8 @@ MISTAKES = {
         ),
         Mistake(
             "the softmax taken over the tokens (dim=1) instead of over the K selected logits (dim=-1)",
-            f"each token's K weights must sum to 1: F.softmax(values, dim=-1). {ROUTE}.",
+            f"each token's K weights must sum to 1: the softmax runs over the last dimension, the K selected "
+            f"logits. {ROUTE}.",
             SoftmaxOverTokens,
         ),
         Mistake(

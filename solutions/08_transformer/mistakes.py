@@ -454,23 +454,16 @@ def count_with_table(*config):
     return _parameters(config, table=True)
 
 
-_PRE_NORM = "h = x + self.attention(self.norm1(x)); return h + self.moe(self.norm2(h))"
-_PARTS = (
-    "self.attention = EfficientSlidingWindowMultiheadAttention(hidden_size, num_heads, window_size, "
-    "rotation_matrix); self.moe = MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token)"
-)
-_FORWARD = "h = self.embedding(tokens); for block in self.blocks: h = block(h); return self.out(h)"
+# What to change, in words and the notebook's formulas: the code is the hint ladder's to give.
+_PRE_NORM = "the block computes h = x + attention(norm1(x)), then returns h + moe(norm2(h))"
+_FORWARD = "the model is the embedding, then each block once, in order, then the head"
 _TABLE = (
-    "rotation_matrix = get_rotation_matrix(hidden_size // num_heads, max_seq_len, 10000.0), computed once "
-    "in __init__ and given to every block"
+    "one table of head_dim = hidden_size // num_heads features and max_seq_len rows, period 10000, "
+    "computed once in __init__ and given to every block"
 )
 _BLOCKS = (
-    "self.blocks = nn.ModuleList([TransformerBlock(hidden_size, num_heads, window_size, d_ff, num_experts, "
-    "n_experts_per_token, rotation_matrix) for _ in range(n_blocks)])"
-)
-_COUNT = (
-    "per block 2D (norms) + 3D^2 + 3D (qkv_linear) + D^2 + D (out) + E D (gate) + E * 3 D d_ff (experts), "
-    "K experts in place of E for the active count; plus V D (embedding) and D V + V (head)"
+    "n_blocks blocks, each built by its own call with the model's sizes and the shared table, kept in an "
+    "nn.ModuleList"
 )
 
 MISTAKES = {
@@ -493,7 +486,7 @@ MISTAKES = {
         ),
         Mistake(
             "norm1 used before both sublayers (norm2 never used)",
-            f"each sublayer has its own norm, with its own weight: the MoE reads self.norm2(h). {_PRE_NORM}.",
+            f"each sublayer has its own norm, with its own weight: the MoE reads norm2 of h. {_PRE_NORM}.",
             Norm1Twice,
         ),
         Mistake(
@@ -518,17 +511,17 @@ MISTAKES = {
         Mistake(
             "num_heads and window_size swapped in the attention's call",
             "EfficientSlidingWindowMultiheadAttention takes (hidden_size, num_heads, window_size, "
-            f"rotation_matrix), in this order: {_PARTS}.",
+            "rotation_matrix), in this order.",
             HeadsAndWindowSwapped,
         ),
         Mistake(
             "num_experts and n_experts_per_token swapped in MoeLayer's call",
-            f"MoeLayer takes (hidden_size, d_ff, num_experts, n_experts_per_token), in this order: {_PARTS}.",
+            "MoeLayer takes (hidden_size, d_ff, num_experts, n_experts_per_token), in this order.",
             ExpertCountsSwapped,
         ),
         Mistake(
             "the rotation table is not given to the attention (no RoPE: rotation_matrix=None)",
-            f"pass the block's rotation_matrix on to the attention, which hands it to its RoPE: {_PARTS}.",
+            "pass the block's rotation_matrix on to the attention, which hands it to its RoPE.",
             TableNotPassed,
         ),
     ],
@@ -603,52 +596,52 @@ MISTAKES = {
     "08.parameter_count": [
         Mistake(
             "the attention's biases left out (Llama's attention has none; notebook 03's has them)",
-            f"qkv_linear and out keep nn.Linear's biases here, 3D and D per block: {_COUNT}.",
+            "qkv_linear and out keep nn.Linear's biases here, 3D and D per block.",
             count_attention_without_biases,
         ),
         Mistake(
             "the head's bias left out",
-            f"the head is nn.Linear(D, V) with its bias, V more: {_COUNT}.",
+            "the head is nn.Linear(D, V) with its bias, V more.",
             count_head_without_bias,
         ),
         Mistake(
             "no bias counted anywhere (qkv_linear, out, head)",
-            f"only the gate and the experts are bias-free: {_COUNT}.",
+            "only the gate and the experts are bias-free.",
             count_no_biases,
         ),
         Mistake(
             "the gate counted with a bias",
-            f"the gate is nn.Linear(D, E, bias=False), E D: {_COUNT}.",
+            "the gate is nn.Linear(D, E, bias=False), E D.",
             count_gate_with_bias,
         ),
         Mistake(
             "the total counts K experts per block, as the active count does",
-            f"the model holds all E experts of every block; a token uses K of them: {_COUNT}.",
+            "the model holds all E experts of every block; a token uses K of them.",
             count_total_with_k_experts,
         ),
         Mistake(
             "the active count counts all E experts",
-            f"a token runs through K experts per block, not E: {_COUNT}.",
+            "a token runs through K experts per block, not E.",
             count_active_with_all_experts,
         ),
         Mistake(
             "the embedding left out",
-            f"nn.Embedding(V, D) holds V D parameters, counted in both: {_COUNT}.",
+            "nn.Embedding(V, D) holds V D parameters, counted in both.",
             count_without_embedding,
         ),
         Mistake(
             "the head left out",
-            f"the head nn.Linear(D, V) holds D V + V parameters, counted in both: {_COUNT}.",
+            "the head nn.Linear(D, V) holds D V + V parameters, counted in both.",
             count_without_head,
         ),
         Mistake(
             "the norms left out",
-            f"each block's two RMSNorm hold a weight of D each: {_COUNT}.",
+            "each block's two RMSNorm hold a weight of D each.",
             count_without_norms,
         ),
         Mistake(
             "the RoPE table counted as parameters",
-            "the table is computed from the configuration, not learned: it is no parameter. " + _COUNT + ".",
+            "the table is computed from the configuration, not learned: it is no parameter. ",
             count_with_table,
         ),
     ],
