@@ -32,6 +32,8 @@ RunResult = Outputs | str
 
 # One table of tolerances, as tight as each dtype allows for a correct implementation that
 # orders its operations differently (einsum vs matmul, rsqrt vs 1/sqrt, complex vs 2x2).
+LOOKS_LIKE = "  Looks like: "  # the diagnosis line of a failed part: a known mistake and what to change
+
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # dtype: (rtol, atol)
     torch.float64: (1e-10, 1e-10),
     torch.float32: (1e-5, 1e-5),
@@ -572,8 +574,27 @@ def judge(
                 mistakes,
             )
             parts.append(Part(concern.name, finding is None, message, concern.weight, finding))
+    parts = _advice_once(parts)
     passed = all(p.passed or not p.graded for p in parts)
     return Verdict(check.name, passed, "\n".join(map(str, parts)), parts=tuple(parts))
+
+
+def _advice_once(parts: list[Part]) -> list[Part]:
+    """A known mistake that fails several parts is named under each, and its advice given under the
+    first alone: the same paragraph five times reads as five problems."""
+    given = set()
+    shortened = []
+    for part in parts:
+        lines = part.message.split("\n")
+        named = part.finding.mistakes if part.finding else ()
+        for i, line in enumerate(lines):
+            if not line.startswith(LOOKS_LIKE):
+                continue
+            if line in given and len(named) == 1 and line.startswith(f"{LOOKS_LIKE}{named[0]}. "):
+                lines[i] = f"{LOOKS_LIKE}{named[0]} (what to change: above)"
+            given.add(line)
+        shortened.append(replace(part, message="\n".join(lines)))
+    return shortened
 
 
 def judge_concern(
@@ -605,7 +626,7 @@ def judge_concern(
         lines += [f"  Property '{name}' fails too: {failure}" for name, failure in broken]
         diagnosis, named = _diagnose(check, result, expect, mistakes)
         if diagnosis:
-            lines.append(f"  Looks like: {diagnosis}")
+            lines.append(f"{LOOKS_LIKE}{diagnosis}")
         return Finding(case.name, tuple(name for name, _ in broken), named), "\n".join(lines)
     for case, result in zip(cases, results, strict=True):
         for name, failure in _property_failures(check, case, result, judged=True):

@@ -15,7 +15,7 @@ import torch
 from autograder import CHECKS, CheckFailed, check, reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
-from autograder.core import missing_import, run_stage
+from autograder.core import LOOKS_LIKE, missing_import, run_stage
 from autograder.preprocessors import JudgedExecute
 
 from . import hardest_seeds
@@ -87,6 +87,8 @@ def test_mistake_is_diagnosed(name, mistake):
     code = (line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name)))
     handed_out = [line for line in code if len(line) >= SHORTEST_LEAK and line in result.message]
     assert not handed_out, result.message
+    diagnoses = [line for line in result.message.splitlines() if line.startswith(LOOKS_LIKE)]
+    assert len(diagnoses) == len(set(diagnoses)), result.message  # the same advice once, not per part
 
 
 ALTERNATIVE_ANSWERS = [
