@@ -30,10 +30,10 @@ Outputs = dict[str, Tensor]
 # error the student's code raised, or the library call it made in place of an answer).
 RunResult = Outputs | str
 
-# One table of tolerances, as tight as each dtype allows for a correct implementation that
-# orders its operations differently (einsum vs matmul, rsqrt vs 1/sqrt, complex vs 2x2).
 LOOKS_LIKE = "  Looks like: "  # the diagnosis line of a failed part: a known mistake and what to change
 
+# One table of tolerances, as tight as each dtype allows for a correct implementation that
+# orders its operations differently (einsum vs matmul, rsqrt vs 1/sqrt, complex vs 2x2).
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # dtype: (rtol, atol)
     torch.float64: (1e-10, 1e-10),
     torch.float32: (1e-5, 1e-5),
@@ -597,6 +597,17 @@ def _advice_once(parts: list[Part]) -> list[Part]:
     return shortened
 
 
+def _is_measurement(check: Check, case: Case, result: RunResult) -> bool:
+    """Whether the case measures how the code computes (operations counted, memory, ...): it brings
+    measured outputs back, and a property of its own concern judges them."""
+    concern = check.concern_of(case)
+    return (
+        isinstance(result, dict)
+        and any(key in result for key in check.measured)
+        and any(p.concern == concern and not p.names_only for p in check.properties)
+    )
+
+
 def judge_concern(
     check: Check,
     cases: Sequence[Case],
@@ -618,7 +629,7 @@ def judge_concern(
             continue
         broken = _property_failures(check, case, result)
         lines = [f"case {case.name}: {problem}"]
-        if isinstance(result, dict) and any(key in result for key in check.measured):
+        if _is_measurement(check, case, result):
             lines.append(
                 "  This part measures how your code computes and pays only right values: here the values "
                 "are wrong, not the measurement"
