@@ -659,7 +659,8 @@ SORTED_DISPATCH = Check(
     error_hints=[
         ErrorHint(
             "split_with_sizes expects split_sizes to sum exactly",
-            "the counts must add up to N * K: torch.bincount(flat_experts, minlength=len(experts)).",
+            "the counts must add up to N * K: one count per expert, an expert that got no token included "
+            "(with a count of 0).",
         ),
         ErrorHint(
             "index_add_(): ",

@@ -604,9 +604,8 @@ def dispatch_per_token(x, selected_experts, weights, experts):
 
 
 SORTED = (
-    "order = argsort of the flat expert ids; token_of_pair = arange(N).repeat_interleave(K)[order]; each "
-    "expert once on its slice of x[token_of_pair]; out.index_add_(0, token_of_pair, outputs * "
-    "weights.reshape(-1)[order, None])"
+    "the (token, slot) pairs are sorted by expert once, each pair's token index and weight carried through "
+    "the same order, each expert run once on its own rows, and a token's K rows added back into it"
 )
 
 MISTAKES["06.sorted_dispatch"] = [
