@@ -31,6 +31,7 @@ Outputs = dict[str, Tensor]
 RunResult = Outputs | str
 
 LOOKS_LIKE = "  Looks like: "  # the diagnosis line of a failed part: a known mistake and what to change
+PROPERTY_FAILS = "  Property "  # a line naming a property that the failing case breaks too
 
 # One table of tolerances, as tight as each dtype allows for a correct implementation that
 # orders its operations differently (einsum vs matmul, rsqrt vs 1/sqrt, complex vs 2x2).
@@ -580,20 +581,26 @@ def judge(
 
 
 def _advice_once(parts: list[Part]) -> list[Part]:
-    """A known mistake that fails several parts is named under each, and its advice given under the
-    first alone: the same paragraph five times reads as five problems."""
+    """What several parts would say alike is said under the first alone: the same paragraph five
+    times reads as five problems. A known mistake is still named under each part, and a property
+    that fails alike under each; a note is given once."""
     given = set()
     shortened = []
     for part in parts:
         lines = part.message.split("\n")
         named = part.finding.mistakes if part.finding else ()
-        for i, line in enumerate(lines):
-            if not line.startswith(LOOKS_LIKE):
-                continue
-            if line in given and len(named) == 1 and line.startswith(f"{LOOKS_LIKE}{named[0]}. "):
-                lines[i] = f"{LOOKS_LIKE}{named[0]} (what to change: above)"
-            given.add(line)
-        shortened.append(replace(part, message="\n".join(lines)))
+        kept = lines[:1]  # the case line: each part's own
+        for line in lines[1:]:
+            if line not in given:
+                given.add(line)
+                kept.append(line)
+            elif len(named) == 1 and line.startswith(f"{LOOKS_LIKE}{named[0]}. "):
+                kept.append(f"{LOOKS_LIKE}{named[0]} (what to change: above)")
+            elif line.startswith(PROPERTY_FAILS):
+                kept.append(f"{line.split(' fails too: ')[0]} fails too (as above)")
+            elif line.startswith(LOOKS_LIKE):
+                kept.append(f"{LOOKS_LIKE}the same as above")
+        shortened.append(replace(part, message="\n".join(kept)))
     return shortened
 
 
@@ -634,14 +641,19 @@ def judge_concern(
                 "  This part measures how your code computes and pays only right values: here the values "
                 "are wrong, not the measurement"
             )
-        lines += [f"  Property '{name}' fails too: {failure}" for name, failure in broken]
+        lines += [f"{PROPERTY_FAILS}'{name}' fails too: {failure}" for name, failure in broken]
         diagnosis, named = _diagnose(check, result, expect, mistakes)
         if diagnosis:
             lines.append(f"{LOOKS_LIKE}{diagnosis}")
         return Finding(case.name, tuple(name for name, _ in broken), named), "\n".join(lines)
-    for case, result in zip(cases, results, strict=True):
+    for case, result, expect in zip(cases, results, expected, strict=True):
         for name, failure in _property_failures(check, case, result, judged=True):
-            return Finding(case.name, (name,)), f"case {case.name}: property '{name}' fails: {failure}"
+            message = f"case {case.name}: property '{name}' fails: {failure}"
+            mistake = _measured_alike(check, result, expect, mistakes)
+            if mistake is None:
+                return Finding(case.name, (name,)), message
+            diagnosis = f"{LOOKS_LIKE}{mistake.name}. {as_sentence(mistake.advice)}"
+            return Finding(case.name, (name,), (mistake.name,)), f"{message}\n{diagnosis}"
     # A property is named with its own concern; those of every case once, with the core (an
     # edge's cases may not exercise them all).
     concern = check.concern_of(cases[0])
@@ -786,6 +798,10 @@ def _diagnose(
         explained = {}
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
+            if keys == wrong_keys:  # this mistake in some outputs, and every other output right
+                what = ", ".join(check.describe(k) for k in keys)
+                advice = as_sentence(mistake.advice)
+                return f"{mistake.name}, in {what} (the other outputs are right). {advice}", (mistake.name,)
             if keys:
                 what = ", ".join(check.describe(k) for k in keys)
                 explained[mistake.name] = (
@@ -802,6 +818,19 @@ def _diagnose(
             f"the right ones; something else may be wrong too). {as_sentence(nearest.advice)}"
         ), (nearest.name,)
     return "", ()
+
+
+def _measured_alike(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]):
+    """The known mistake whose outputs, measurements included, all equal the student's: right values
+    computed the wrong way (a loop over tokens) are told apart by what was measured."""
+    if not isinstance(result, dict):
+        return None
+    for mistake in mistakes:
+        wrong = expect.mistakes.get(mistake.name)
+        if isinstance(wrong, dict) and any(k in wrong for k in check.measured):
+            if all(_same_output(check, result, wrong, key) for key in wrong):
+                return mistake
+    return None
 
 
 def as_sentence(advice: str) -> str:

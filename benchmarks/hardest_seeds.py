@@ -82,7 +82,7 @@ def sampled_margin(case: Case, result: Outputs) -> float:
     fail: 0."""
     if case.concern != kv_cache.SAMPLED:
         return 0.0
-    margins = kv_cache.step_margins(case, result["sampled"])
+    margins = kv_cache.step_margins(case, result["sampled"], result.get("sampled_calls"))
     return math.inf if margins is None else float(margins.max())
 
 

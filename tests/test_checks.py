@@ -15,7 +15,7 @@ import torch
 from autograder import CHECKS, CheckFailed, check, reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
-from autograder.core import LOOKS_LIKE, missing_import, run_stage
+from autograder.core import missing_import, run_stage
 from autograder.preprocessors import JudgedExecute
 
 from . import hardest_seeds
@@ -87,8 +87,26 @@ def test_mistake_is_diagnosed(name, mistake):
     code = (line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name)))
     handed_out = [line for line in code if len(line) >= SHORTEST_LEAK and line in result.message]
     assert not handed_out, result.message
-    diagnoses = [line for line in result.message.splitlines() if line.startswith(LOOKS_LIKE)]
-    assert len(diagnoses) == len(set(diagnoses)), result.message  # the same advice once, not per part
+    said = [  # besides each part's own head and case, and the short pointers to what was said above
+        line.strip()
+        for line in result.message.splitlines()
+        if not line.startswith("- ") and not line.rstrip(")").endswith("above")
+    ]
+    assert len(said) == len(set(said)), result.message  # the same advice once, not per part
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_error_advice_holds_no_answer_line(name):
+    """What a message adds to an exception diagnoses it, as a mistake's advice does
+    (test_mistake_is_diagnosed): the finished lines are the hint ladder's to give."""
+    code = {line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name))}
+    handed_out = [
+        (hint.fragment, line)
+        for hint in CHECKS[name].error_hints
+        for line in code
+        if len(line) >= SHORTEST_LEAK and line in hint.advice
+    ]
+    assert not handed_out
 
 
 ALTERNATIVE_ANSWERS = [

@@ -297,3 +297,16 @@ def test_a_glu_variant_on_a_wrong_gelu_of_question_1_is_charged_there_only(seed)
     result = verdict("05.glu_variants", names["glu_variant"], seed)
     assert result.passed, result.message
     assert names["gelu"].__name__ == "gelu"  # the notebook's own gelu is back in place
+
+
+def llama_hidden_dim_nearest_multiple(hidden_size, multiple_of):
+    return multiple_of * round(int(2 * 4 * hidden_size / 3) / multiple_of)
+
+
+@VISIBLE_AND_HIDDEN
+def test_rounding_to_the_nearest_multiple_is_named(seed):
+    """It fails where it rounds down, with the rounded-down values there: the one mistake names both
+    (a newcomer's nearest multiple was named 'rounded down' alone)."""
+    result = verdict("05.parameter_count", (ref("ffn_parameters"), llama_hidden_dim_nearest_multiple), seed)
+    assert parts(result) == {FFN_COUNT: True, LLAMA_DIM: False}, result.message
+    assert "Looks like: rounded down (or to the nearest multiple)" in result.message, result.message

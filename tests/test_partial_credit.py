@@ -195,6 +195,19 @@ def test_two_mistakes_at_once_are_each_named_for_what_they_explain():
     assert "total of the input (the sum of the doubled tensor as with that mistake)" in message
 
 
+def test_a_mistake_in_some_outputs_with_the_others_right_is_named_alone():
+    """05.gelu: a tanh GELU with a right derivative is that one mistake, not 'more than one thing'."""
+    shifted = Mistake("shifted by one", "do not add 1.", lambda x: 2 * x + 1)
+    cases = TOY.cases(torch.Generator().manual_seed(0), False)[:2]
+    reference = run_stage(TOY, double, cases)
+    wrong = run_stage(TOY, shifted.impl, cases)  # y and total off
+    expected = [Expectation(reference[i], {shifted.name: wrong[i]}) for i in range(len(cases))]
+    student = [{"y": w["y"], "total": r["total"]} for w, r in zip(wrong, reference, strict=True)]
+    message = judge(TOY, cases, student, expected, [shifted]).message
+    assert "Looks like: shifted by one, in the doubled tensor (the other outputs are right)" in message
+    assert "more than one thing" not in message
+
+
 def test_the_nearest_mistake_is_named_only_when_much_nearer():
     off = Mistake("added one", "do not add 1.", lambda x: 2 * x + 1)
     nearly = verdict_of(lambda x: 2 * x + 1.01, mistakes=[off]).message

@@ -113,8 +113,8 @@ ROPE_POSITIONS = Check(
     error_hints=[
         ErrorHint(
             "must match the size of tensor",
-            "take the T rows of the table that belong to the call's tokens: rotation_matrix[start_pos : "
-            "start_pos + T], of shape (T, Dh // 2).",
+            "the rows taken from the table do not fit the call's T tokens: each token needs the one row "
+            "of its own position, T rows of Dh // 2 in all.",
         ),
         ErrorHint(
             "takes 3 positional arguments but 4 were given",
@@ -452,8 +452,8 @@ KV_CACHE = Check(
     error_hints=[
         ErrorHint(
             "has no attribute 'cache_k'",
-            "allocate the cache in __init__: self.cache_k = torch.zeros(max_batch_size, n_kv_heads, "
-            "max_seq_len, head_dim), and self.cache_v the same.",
+            "the layer holds no cache: __init__ should store self.cache_k and self.cache_v, zeros of "
+            "shape (max_batch_size, n_kv_heads, max_seq_len, head_dim), as the question says.",
         ),
         ErrorHint(
             "must match the size of tensor",
@@ -463,14 +463,16 @@ KV_CACHE = Check(
         ),
         ErrorHint(
             "The expanded size of the tensor",
-            "a call's batch B may be smaller than max_batch_size: write and read the cache's first B rows, "
-            "self.cache_k[:B, :, start_pos : start_pos + T] = k.",
+            "what is written into the cache, or read from it, does not fit the slice it goes to: "
+            "compare the sizes in the error. A call's batch B may be smaller than max_batch_size (it "
+            "uses the cache's first B rows), and its T tokens take positions start_pos to "
+            "start_pos + T - 1.",
         ),
         ErrorHint(
             "to be no larger than self",
-            "scatter_'s index has the shape of what it writes: the call's T positions, "
-            "torch.arange(start_pos, start_pos + T), expanded to the shape of k; or write by slicing, "
-            "self.cache_k[:B, :, start_pos : start_pos + T] = k.",
+            "scatter_'s index has the shape of what it writes: one position, start_pos to "
+            "start_pos + T - 1, for each of k's entries; slicing the cache at those positions writes the "
+            "same without an index.",
         ),
         ErrorHint(
             "The size of tensor a",
@@ -729,10 +731,15 @@ def run_generate(targets, case: Case) -> Outputs:
             "sampled_again": again,
             "sampled_other_seed": other,
             "generator_used": torch.tensor(int(drew)),
+            "sampled_calls": _calls(calls, case),
         }
     # A call after the last token (its logits unused) is allowed: only the first N calls count.
     # The calls first: a wrong position is named there before it shows in the tokens.
-    return {"calls": torch.tensor(calls[: case.inputs["max_new_tokens"]]).reshape(-1, 2), "tokens": tokens}
+    return {"calls": _calls(calls, case), "tokens": tokens}
+
+
+def _calls(calls: list[tuple[int, int]], case: Case) -> Tensor:
+    return torch.tensor(calls[: case.inputs["max_new_tokens"]], dtype=torch.long).reshape(-1, 2)
 
 
 def _first_token_logits(case: Case) -> Tensor:
@@ -769,10 +776,13 @@ def _sampled_form(case: Case, out: Outputs) -> str | None:
     return None
 
 
-def step_margins(case: Case, tokens: Tensor) -> Tensor | None:
+def step_margins(case: Case, tokens: Tensor, calls: Tensor | None = None) -> Tensor | None:
     """(N, V): for each new token and each token id, how far its count over the B rows is from the
     sum of its probabilities given the token before it (softmax(top-k(logits) / temperature) of the
-    stand-in model), over 5 standard errors plus 5 draws: above 1 fails. Below 1 / B a token's draws
+    stand-in model), over 5 standard errors plus 5 draws: above 1 fails. The logits are those at the
+    last position of each of the first N calls, `calls` (T, start_pos) rows: a token fed at a wrong
+    position is the greedy part's to charge, and here its draws are judged against what the model
+    gave the student's calls. Without calls, or calls of another form, the right positions. Below 1 / B a token's draws
     are Poisson, not normal: the 5 draws keep one draw of a rare token from failing a correct run.
     Of 1000 seeds of the reference and four correct alternatives, the largest margin was 0.857 (seed
     158, `benchmarks/hardest_seeds.py 09.generate --seeds 1000`): worked out exactly for the first
@@ -784,7 +794,12 @@ def step_margins(case: Case, tokens: Tensor) -> Tensor | None:
     if tokens.shape != (b, p + n) or tokens.dtype != torch.long or bool(((tokens < 0) | (tokens >= v)).any()):
         return None
     before = tokens[:, p - 1 : -1]  # (B, N): the token before each new one
-    logits = i["table"][before] + i["position_bias"][torch.arange(p - 1, p + n - 1)]  # (B, N, V)
+    positions = torch.arange(p - 1, p + n - 1)
+    if calls is not None and calls.shape == (n, 2) and calls.dtype == torch.long:
+        last = calls[:, 1] + calls[:, 0] - 1  # the last position of each call
+        if bool(((last >= 0) & (last < len(i["position_bias"]))).all()):
+            positions = last
+    logits = i["table"][before] + i["position_bias"][positions]  # (B, N, V)
     if i["top_k"] is not None:
         logits = logits.masked_fill(logits < logits.topk(i["top_k"], dim=-1).values[..., -1:], float("-inf"))
     probabilities = torch.softmax(logits.double() / i["temperature"], dim=-1)  # (B, N, V)
@@ -797,7 +812,7 @@ def _every_step(case: Case, out: Outputs) -> str | None:
     got, i = out.get("sampled"), case.inputs
     if got is None or _sampled_form(case, out):
         return None  # the form property says why
-    margins = step_margins(case, got)
+    margins = step_margins(case, got, out.get("sampled_calls"))
     if margins is None:
         return f"a new token is not a token id: it must lie in 0 .. {len(i['table']) - 1}"
     if bool((margins <= 1).all()):
@@ -888,9 +903,10 @@ GENERATE = Check(
         "sampled_again": "the tokens of a second run, seeded alike",
         "sampled_other_seed": "the tokens of a run seeded differently",
         "generator_used": "whether generate drew from its generator",
+        "sampled_calls": "the model's calls in the sampled run, as (T, start_pos) rows",
         "sampling_probe": "your sampling_distribution's probabilities",
     },
-    measured=(*SAMPLED_KEYS, "generator_used", "sampling_probe"),
+    measured=(*SAMPLED_KEYS, "generator_used", "sampling_probe", "sampled_calls"),
     diagnostic=("sampling_distribution",),
     properties=[
         *SAMPLED_PROPERTIES,

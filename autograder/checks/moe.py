@@ -230,7 +230,8 @@ def _registered(case: Case, out: Outputs) -> str | None:
         f"{missing} parameter tensor(s) of the experts are not registered with the layer: the experts are "
         "kept in a plain Python list, which nn.Module does not look into. The forward pass works, but "
         "moe.parameters() misses them (an optimizer never trains them), moe.state_dict() does not save them "
-        "and moe.to(device) does not move them. Wrap the list: nn.ModuleList([...])"
+        "and moe.to(device) does not move them. Keep them in the container that nn.Module does look into, "
+        "as notebook 06's text says"
     )
 
 
@@ -650,6 +651,7 @@ SORTED_DISPATCH = Check(
     cases=dispatch_cases,
     run=run_dispatch,
     concerns=[Concern(DISPATCH, weight=2), Concern(ONE_CALL, weight=1)],
+    measured=("most calls to one expert", "rows the experts saw"),  # judged by _one_call
     outputs={
         "output": "sorted_dispatch(x, selected_experts, weights, experts)",
         "most calls to one expert": "the most calls any one expert received",

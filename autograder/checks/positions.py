@@ -514,7 +514,8 @@ LEARNED = Check(
     error_hints=[
         ErrorHint(
             "has no attribute 'position_embedding'",
-            "store the table as self.position_embedding = nn.Embedding(max_seq_len, hidden_size).",
+            "the check reads the table where the question puts it, self.position_embedding: an nn.Embedding "
+            "with one row of hidden_size numbers per position up to max_seq_len.",
         ),
         ErrorHint(
             "index out of range in self",

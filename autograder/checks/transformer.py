@@ -1399,8 +1399,8 @@ TRAINS = Check(
         ErrorHint(
             "modified by an inplace operation",
             "a forward changed in place a tensor that autograd keeps for the backward pass: a residual "
-            "written x += self.attention(self.norm1(x)) overwrites the x that norm1 read. Add into a new "
-            "tensor, h = x + self.attention(self.norm1(x)), and the same for the MoE's residual.",
+            "added with += (or another in-place operation) overwrites the x that norm1 read. Add each "
+            "residual into a new tensor instead.",
         ),
     ],
     hints=[

@@ -273,15 +273,19 @@ def mask_even_extra_key_right(seq_length, window_size, causal=False):
 # ------------------------------------------------------ masked edges (Question 8)
 
 
-def _window_attention(queries, keys, values, window_size, before, *, mask=True):
-    """Windows of W keys starting `before` tokens ahead of the query; padded slots masked or not."""
+def _window_attention(queries, keys, values, window_size, before, *, mask=True, mask_before=None, invert=False):
+    """Windows of W keys starting `before` tokens ahead of the query; padded slots masked or not.
+    mask_before: the padding the mask is built for, if not the keys' (the edges cell's centred one);
+    invert: the real slots masked instead of the padded ones."""
     T, Dh, W = queries.shape[-2], queries.shape[-1], window_size
     pad = (0, 0, before, W - 1 - before)
     keys_windows = F.pad(keys, pad).unfold(-2, W, 1)  # (B, H, T, Dh, W)
     values_windows = F.pad(values, pad).unfold(-2, W, 1)
     scores = torch.einsum("bhtd,bhtdw->bhtw", queries, keys_windows) / math.sqrt(Dh)  # (B, H, T, W)
-    key_position = torch.arange(T)[:, None] - before + torch.arange(W)  # (T, W)
-    outside = (key_position < 0) | (key_position >= T)
+    key_position = torch.arange(T)[:, None] - (before if mask_before is None else mask_before) + torch.arange(W)
+    outside = (key_position < 0) | (key_position >= T)  # (T, W)
+    if invert:
+        outside = ~outside
     attention = (scores.masked_fill(outside, float("-inf")) if mask else scores).softmax(dim=-1)
     return torch.einsum("bhtw,bhtdw->bhtd", attention, values_windows)  # (B, H, T, Dh)
 
@@ -296,6 +300,19 @@ def causal_w_plus_one(queries, keys, values, window_size, causal=False):
     if causal:
         return _window_attention(queries, keys, values, window_size + 1, window_size)
     return _window_attention(queries, keys, values, window_size, window_size // 2)
+
+
+def causal_mask_of_centred_padding(queries, keys, values, window_size, causal=False):
+    """Causal keys padded W - 1 on the left, and the mask of the edges cell's `real` table, padded
+    W // 2 on each side."""
+    before = window_size - 1 if causal else window_size // 2
+    return _window_attention(queries, keys, values, window_size, before, mask_before=window_size // 2)
+
+
+def real_slots_masked(queries, keys, values, window_size, causal=False):
+    """The mask inverted: True on the slots that hold tokens."""
+    before = window_size - 1 if causal else window_size // 2
+    return _window_attention(queries, keys, values, window_size, before, invert=True)
 
 
 def causal_with_centred_padding(queries, keys, values, window_size, causal=False):
@@ -438,6 +455,20 @@ MISTAKES = {
             "causal: pad W - 1 zero vectors on the left and none on the right, so that window t holds tokens "
             "t - W + 1 .. t; the padded slots are then the ones before token 0.",
             causal_with_centred_padding,
+        ),
+        Mistake(
+            "causal keys padded W - 1 on the left, but the mask of padded slots built for the centred "
+            "padding (the edges cell's real table, W // 2 on each side)",
+            "the mask must mark the slots that the keys' own padding filled: with the causal padding they "
+            "are the first W - 1 - t slots of window t, before token 0, and none on the right. Build it "
+            "from the same padding as the keys.",
+            causal_mask_of_centred_padding,
+        ),
+        Mistake(
+            "the mask inverted: the slots that hold tokens are set to -inf, and the padded ones kept",
+            "masked_fill fills where the mask is True: True must mark the padded slots, outside the "
+            "sequence. A window with no padded slot then has every score at -inf, and its softmax is NaN.",
+            real_slots_masked,
         ),
     ],
     "03.rope_inside": [

@@ -352,7 +352,8 @@ MISTAKES = {
             (ffn_count_with_biases, llama_dim),
         ),
         Mistake(
-            "rounded down to a multiple of multiple_of instead of up",
+            # Rounding to the nearest multiple fails where it rounds down, and gives these values there.
+            "rounded down (or to the nearest multiple) to a multiple of multiple_of instead of up",
             f"Llama rounds up, so that d_ff is never below 2/3 of 4 D: {ROUND_UP}.",
             (ffn_count, llama_dim_rounded_down),
         ),

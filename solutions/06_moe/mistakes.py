@@ -353,7 +353,7 @@ def balance_softmax_over_tokens(router_logits, selected_experts):
     return num_experts * (assigned * probabilities).sum()
 
 
-EXPERT = "w2(F.silu(w1(x)) * w3(x)): SiLU on w1(x) alone, times w3(x), then w2"
+EXPERT = "SiLU of w1(x) alone, times w3(x) as it is, and w2 of that product last"
 # What to change, in words and the notebook's formulas: the code is the hint ladder's to give.
 INIT = (
     "the gate is one bias-free linear map from hidden_size to num_experts (a score per expert), and the "

@@ -75,17 +75,18 @@ ROPE_MISTAKES = [
     Mistake(
         "start_pos ignored: the call's tokens are rotated by rows 0 .. T - 1, as if the call began the "
         "sequence",
-        "a token of the call sits at position start_pos + t: take rotation_matrix[start_pos : start_pos + T].",
+        "a token of the call sits at position start_pos + t of the sequence, so it needs that row of the "
+        "table, not row t.",
         _RoPEFromZero,
     ),
     Mistake(
         "the rows start one position late (start_pos + 1)",
-        "the first token of the call is at position start_pos itself: rotation_matrix[start_pos : start_pos + T].",
+        "the first token of the call is at position start_pos itself, not start_pos + 1: the rows start there.",
         _RoPEOneLate,
     ),
     Mistake(
         "every token of the call turned by the one row start_pos",
-        "right for T = 1 only: each token needs its own row, rotation_matrix[start_pos : start_pos + T].",
+        "right for T = 1 only: each token of the call needs the row of its own position, start_pos + t.",
         _RoPEOneRow,
     ),
     Mistake(
@@ -114,7 +115,7 @@ REPEAT_MISTAKES = [
     Mistake(
         "the heads tiled ([k0, k1, k0, k1]) instead of grouped ([k0, k0, k1, k1])",
         "x.repeat(1, n_rep, 1, 1) pairs query head h with key head h % Hkv; Llama's grouping is h // n_rep: "
-        "repeat each head in place (torch.repeat_interleave(x, n_rep, dim=1), or expand and reshape).",
+        "the n_rep copies of each key/value head must sit next to each other.",
         _repeat_tiled,
     ),
     Mistake(
@@ -281,6 +282,29 @@ class _TiledHeads(_Cached):
         return x.repeat(1, self.num_heads // self.n_kv_heads, 1, 1)
 
 
+class _TiledHeadsInSteps(_Cached):
+    """Grouped heads in a prefill, tiled ones in a single-token call (a decode path of its own)."""
+
+    def forward(self, x, start_pos):
+        self.single_token = x.shape[1] == 1
+        return super().forward(x, start_pos)
+
+    def repeat(self, x):
+        if self.single_token:
+            return x.repeat(1, self.num_heads // self.n_kv_heads, 1, 1)
+        return super().repeat(x)
+
+
+class _HeadsViewedWithoutTranspose(_Cached):
+    def project(self, x, start_pos):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, self.num_heads, T, self.head_dim)
+        k = self.wk(x).view(B, self.n_kv_heads, T, self.head_dim)
+        v = self.wv(x).view(B, self.n_kv_heads, T, self.head_dim)
+        q, k = self.rope(q, k, start_pos)
+        return q, k, v
+
+
 class _ScaledByHidden(_Cached):
     def scale(self):
         return 1 / math.sqrt(self.num_heads * self.head_dim)
@@ -351,30 +375,43 @@ CACHE_MISTAKES = [
     ),
     Mistake(
         "unrotated keys cached, then rotated at every read",
-        "rotate k at its position (self.rope(q, k, start_pos)) before writing it: the cache holds rotated "
+        "rotate k at its absolute positions, with start_pos, before writing it: the cache holds rotated "
         "keys, each turned once, not again at every step.",
         _cached(_RotatedWhenRead),
     ),
     Mistake(
         "the keys rotated from position 0 in every call, not at their absolute positions",
-        "call self.rope(q, k, start_pos): a key is rotated once, at its own position, before it is cached.",
+        "pass the call's start_pos to the RoPE: a key is rotated once, at its own absolute position, before "
+        "it is cached.",
         _cached(_KeysRotatedFromZero),
     ),
     Mistake(
         "the whole cache read: positions past start_pos + T (zeros, or an earlier sequence's keys) take "
         "softmax weight",
-        "read only the first start_pos + T positions, self.cache_k[:B, :, :start_pos + T].",
+        "read only the positions written so far, the first start_pos + T of the cache.",
         _cached(_WholeCacheRead),
     ),
     Mistake(
         "positions past the current end left visible: keys of an earlier sequence take softmax weight",
-        "read only the first start_pos + T positions, self.cache_k[:B, :, :start_pos + T], or mask the rest.",
+        "read only the positions written so far, the first start_pos + T of the cache, or mask the rest.",
         _cached(_StaleKeysSeen),
     ),
     Mistake(
         "the key/value heads tiled ([k0, k1, k0, k1]) instead of grouped",
         "query head h reads key/value head h // n_rep: repeat_kv must repeat each head in place.",
         _cached(_TiledHeads),
+    ),
+    Mistake(
+        "the key/value heads grouped in a prefill but tiled ([k0, k1, k0, k1]) in single-token calls",
+        "a step must share the key/value heads among the query heads as a prefill does: query head h "
+        "reads key/value head h // n_rep in every call, whatever its length.",
+        _cached(_TiledHeadsInSteps),
+    ),
+    Mistake(
+        "the heads split by viewing (B, T, D) as (B, H, T, Dh) directly, without a transpose",
+        "that view mixes tokens into heads: view the projections as (B, T, H, Dh), one head's Dh "
+        "features after another, and then move the head axis in front of the tokens.",
+        _cached(_HeadsViewedWithoutTranspose),
     ),
     Mistake(
         "scores scaled by 1 / sqrt(D) instead of 1 / sqrt(head_dim)",
@@ -642,13 +679,14 @@ GENERATE_MISTAKES = [
     ),
     Mistake(
         "every new token fed at the same start_pos",
-        "the token just drawn sits at position tokens.shape[1] - 1: pass that as start_pos.",
+        "the token just drawn goes at the position that follows the tokens before it: its start_pos is how "
+        "many tokens come before it.",
         _generating(_generate_position_stuck),
     ),
     Mistake(
         "each new token fed one position late (start_pos = tokens.shape[1])",
-        "the token just drawn sits at position tokens.shape[1] - 1 (the tokens before it are 0 .. that - 1): "
-        "pass that as start_pos.",
+        "the tokens before the one just drawn hold positions 0 to n - 1, so it goes at n, the number of "
+        "tokens before it, not counting itself.",
         _generating(_generate_one_late),
     ),
     Mistake(

@@ -440,7 +440,8 @@ SIMILARITY_MISTAKES = [
     ),
     Mistake(
         "a row of zeros divided by its zero norm (NaN)",
-        "clamp the norms below, norm.clamp_min(1e-8), so that a zero row stays zero and its similarities are 0.",
+        "clamp the norms below at a tiny positive number before dividing, as F.cosine_similarity does with "
+        "its eps: a zero row then stays zero and its similarities are 0.",
         NoEps,
     ),
     Mistake(
