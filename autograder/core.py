@@ -798,7 +798,7 @@ def _diagnose(
         explained = {}
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
-            if keys == wrong_keys:  # this mistake in some outputs, and every other output right
+            if keys and keys == wrong_keys:  # this mistake in some outputs, every other output right
                 what = ", ".join(check.describe(k) for k in keys)
                 advice = as_sentence(mistake.advice)
                 return f"{mistake.name}, in {what} (the other outputs are right). {advice}", (mistake.name,)
@@ -820,7 +820,9 @@ def _diagnose(
     return "", ()
 
 
-def _measured_alike(check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]):
+def _measured_alike(
+    check: Check, result: RunResult, expect: Expectation, mistakes: Sequence[Mistake]
+) -> Mistake | None:
     """The known mistake whose outputs, measurements included, all equal the student's: right values
     computed the wrong way (a loop over tokens) are told apart by what was measured."""
     if not isinstance(result, dict):

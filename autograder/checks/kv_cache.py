@@ -779,15 +779,17 @@ def _sampled_form(case: Case, out: Outputs) -> str | None:
 def step_margins(case: Case, tokens: Tensor, calls: Tensor | None = None) -> Tensor | None:
     """(N, V): for each new token and each token id, how far its count over the B rows is from the
     sum of its probabilities given the token before it (softmax(top-k(logits) / temperature) of the
-    stand-in model), over 5 standard errors plus 5 draws: above 1 fails. The logits are those at the
-    last position of each of the first N calls, `calls` (T, start_pos) rows: a token fed at a wrong
-    position is the greedy part's to charge, and here its draws are judged against what the model
-    gave the student's calls. Without calls, or calls of another form, the right positions. Below 1 / B a token's draws
+    stand-in model), over 5 standard errors plus 5 draws: above 1 fails. Below 1 / B a token's draws
     are Poisson, not normal: the 5 draws keep one draw of a rare token from failing a correct run.
     Of 1000 seeds of the reference and four correct alternatives, the largest margin was 0.857 (seed
     158, `benchmarks/hardest_seeds.py 09.generate --seeds 1000`): worked out exactly for the first
     token, a correct generation fails about 2e-6 of the hidden gradings (tests/test_kv_cache.py).
-    None for tokens that are not (B, P + N) token ids (the form property says why)."""
+    None for tokens that are not (B, P + N) token ids (the form property says why).
+
+    The logits are those at the last position of each of the first N calls, `calls` ((T, start_pos)
+    rows): a token fed at a wrong position is the greedy part's to charge, so the draws are judged
+    against what the model gave the student's own calls. Without calls, or with calls of another
+    form, the right positions."""
     i = case.inputs
     b, p = i["prompt"].shape
     n, v = i["max_new_tokens"], len(i["table"])
