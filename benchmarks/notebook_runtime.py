@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -55,7 +56,7 @@ def execute(notebook: nbformat.NotebookNode, folder: Path) -> tuple[float, list[
 
 
 @contextlib.contextmanager
-def busy_processes(n: int):
+def busy_processes(n: int) -> Iterator[None]:
     """n processes spinning on the CPU while the block runs; killed however it ends."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:

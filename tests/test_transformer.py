@@ -245,7 +245,7 @@ def test_blocks_in_a_plain_list_lose_only_the_registration(seed):
     result = verdict("08.transformer", mistake("08.transformer", "BlocksInPlainList"), seed)
     assert parts(result) == {**dict.fromkeys(MODEL_CONCERNS, True), REGISTERED: False}, result.message
     message = part_message(result, REGISTERED)
-    for words in ("not registered", "never trains them", "does not save them", "nn.ModuleList([...])"):
+    for words in ("not registered", "never trains them", "does not save them", "An nn.ModuleList registers"):
         assert words in message, (words, message)
 
 

@@ -230,8 +230,7 @@ def _registered(case: Case, out: Outputs) -> str | None:
         f"{missing} parameter tensor(s) of the experts are not registered with the layer: the experts are "
         "kept in a plain Python list, which nn.Module does not look into. The forward pass works, but "
         "moe.parameters() misses them (an optimizer never trains them), moe.state_dict() does not save them "
-        "and moe.to(device) does not move them. Keep them in the container that nn.Module does look into, "
-        "as notebook 06's text says"
+        "and moe.to(device) does not move them. An nn.ModuleList registers what it holds"
     )
 
 

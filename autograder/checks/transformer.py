@@ -888,8 +888,7 @@ def _registered(case: Case, out: Outputs) -> str | None:
             f"{missing} parameter tensor(s) of the blocks are not registered with the model: the blocks are "
             "kept in a plain Python list, which nn.Module does not look into. The forward pass works, but "
             "model.parameters() misses them (an optimizer never trains them), model.state_dict() does not "
-            "save "
-            "them and model.to(...) does not move them. Wrap the list: nn.ModuleList([...])"
+            "save them and model.to(...) does not move them. An nn.ModuleList registers what it holds"
         )
     if int(out["distinct blocks"]) != int(out["blocks"]):
         return (
