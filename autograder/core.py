@@ -798,15 +798,12 @@ def _diagnose(
         explained = {}
         for mistake, wrong in known:
             keys = [k for k in wrong_keys if _same_output(check, result, wrong, k)]
-            if keys and keys == wrong_keys:  # this mistake in some outputs, every other output right
-                what = ", ".join(check.describe(k) for k in keys)
-                advice = as_sentence(mistake.advice)
+            if not keys:
+                continue
+            what, advice = ", ".join(check.describe(k) for k in keys), as_sentence(mistake.advice)
+            if keys == wrong_keys:  # this mistake in some outputs, every other output right
                 return f"{mistake.name}, in {what} (the other outputs are right). {advice}", (mistake.name,)
-            if keys:
-                what = ", ".join(check.describe(k) for k in keys)
-                explained[mistake.name] = (
-                    f"{mistake.name} ({what} as with that mistake). {as_sentence(mistake.advice)}"
-                )
+            explained[mistake.name] = f"{mistake.name} ({what} as with that mistake). {advice}"
         if explained:
             return "more than one thing may be wrong; in part: " + " | ".join(explained.values()), tuple(
                 explained

@@ -18,13 +18,10 @@ waits for the others at every operation, and a spinner holds the core one of the
 """
 
 import argparse
-import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -34,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.cells import grade_id  # noqa: E402
 from autograder.paths import assignments, source_notebook  # noqa: E402
+from tests.machine import busy_processes  # noqa: E402
 from tests.submissions import perfect  # noqa: E402
 
 BUDGET_S = 30.0
@@ -53,18 +51,6 @@ def execute(notebook: nbformat.NotebookNode, folder: Path) -> tuple[float, list[
             client.execute_cell(cell, index)
             cell_times.append((time.perf_counter() - cell_start, grade_id(cell) or f"cell {index}"))
     return time.perf_counter() - started, cell_times
-
-
-@contextlib.contextmanager
-def busy_processes(n: int) -> Iterator[None]:
-    """n processes spinning on the CPU while the block runs; killed however it ends."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
 
 
 def main() -> None:

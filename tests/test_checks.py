@@ -74,6 +74,12 @@ MISTAKES = [
 SHORTEST_LEAK = 20
 
 
+def answer_lines_in(text: str, name: str) -> list[str]:
+    """The lines of the reference's answers to the check's notebook (comments off) that `text` holds."""
+    code = {line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name))}
+    return [line for line in code if len(line) >= SHORTEST_LEAK and line in text]
+
+
 @pytest.mark.parametrize(("name", "mistake"), MISTAKES)
 def test_mistake_is_diagnosed(name, mistake):
     """On the visible cases, as a student's notebook judges them (from the snapshot). The hidden
@@ -84,9 +90,7 @@ def test_mistake_is_diagnosed(name, mistake):
     # A mistake costs points, or fails a concern that is advice only (and is named there).
     assert not result.passed or any(not part.passed for part in result.parts), result.message
     assert f"Looks like: {mistake.name}" in result.message, result.message
-    code = (line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name)))
-    handed_out = [line for line in code if len(line) >= SHORTEST_LEAK and line in result.message]
-    assert not handed_out, result.message
+    assert not answer_lines_in(result.message, name), result.message
     said = [  # besides each part's own head and case, and the short pointers to what was said above
         line.strip()
         for line in result.message.splitlines()
@@ -99,14 +103,8 @@ def test_mistake_is_diagnosed(name, mistake):
 def test_error_advice_holds_no_answer_line(name):
     """What a message adds to an exception diagnoses it, as a mistake's advice does
     (test_mistake_is_diagnosed): the finished lines are the hint ladder's to give."""
-    code = {line.split("  #")[0].strip() for line in answer_lines(reference.assignment_of(name))}
-    handed_out = [
-        (hint.fragment, line)
-        for hint in CHECKS[name].error_hints
-        for line in code
-        if len(line) >= SHORTEST_LEAK and line in hint.advice
-    ]
-    assert not handed_out
+    handed_out = {hint.fragment: answer_lines_in(hint.advice, name) for hint in CHECKS[name].error_hints}
+    assert not any(handed_out.values()), handed_out
 
 
 ALTERNATIVE_ANSWERS = [

@@ -5,8 +5,6 @@ process, two gradings per core, as in a class's batch beside other work."""
 
 import csv
 import os
-import subprocess
-import sys
 
 import nbformat
 import pytest
@@ -15,7 +13,7 @@ from autograder.checks import CHECKS
 from autograder.cli import main
 from autograder.reference import assignment_of
 
-from .machine import needs_sandbox
+from .machine import busy_processes, needs_sandbox
 from .submissions import perfect
 
 # The notebooks whose checks have load-sensitive guards (00: a training's accuracy; 08: a training
@@ -30,13 +28,11 @@ def full_marks(assignment: str) -> float:
 
 
 @pytest.fixture
-def busy_cores(request):
+def busy_cores():
     """One process spinning on each core for as long as the test runs; each is killed at the end,
     whatever happens to the test."""
-    for _ in range(CORES):
-        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        request.addfinalizer(lambda spinner=spinner: (spinner.kill(), spinner.wait()))
-    return CORES
+    with busy_processes(CORES):
+        yield CORES
 
 
 @needs_sandbox
