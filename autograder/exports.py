@@ -16,8 +16,11 @@ each rule comes from and how sure it is.
 
 An export's file name starts with what the system wrote and ends with the name the student gave
 the file: each pattern is anchored at the start, so that what a student names a file can never
-make it someone else's. Only files at the top of the source (its shared folders looked through)
-are read as flat names; in a student's folder a file's name says nothing about whose it is.
+make it someone else's. Only files at the top of the source are read as flat names, and only
+metadata at the top is read: in a student's folder a file's name or content says nothing about
+whose work it is. The one folder looked through is the one an export itself wraps its files in
+(Gradescope's assignment_<id>_export/); any other folder at the top may be a student's, so its
+files are that student's whatever they are named.
 """
 
 import re
@@ -45,8 +48,13 @@ MOODLE_BLIND = "Participant"
 BLACKBOARD = re.compile(
     r"(?P<prefix>.+?)_attempt_(?P<time>[0-9]{4}(?:-[0-9]{2}){5})(?:_(?P<file>.+)|(?P<receipt>\.txt))"
 )
-RECEIPT_NAME = re.compile(r"Name:[ \t]*(?P<name>[^\n]*?)[ \t]*\((?P<username>[^()\s]+)\)[ \t]*")
+# A receipt's line `Name: <full name> (<username>)`: the username is the last parenthesis, closing the
+# line (a full name may hold parentheses of its own: `Lee (Ann) Kim (lee_kim)`).
+RECEIPT_NAME = re.compile(r"^Name:[ \t]*(?P<name>[^\n]*)\((?P<username>[^()\s]+)\)[ \t]*\r?$", re.MULTILINE)
 GRADESCOPE_FOLDER = re.compile(r"submission_(?P<id>[0-9]+)")
+EXPORT_FOLDER = re.compile(r"assignment_[0-9]+_export")  # the folder Gradescope's download wraps its files in
+RECEIPT_CHARS = 2**16  # a receipt's name is in its first lines; a longer one is not read further
+MAX_METADATA_DEPTH = 32  # Gradescope's metadata nests 4 deep; a deeper file is not an export's
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class Identified:
     attempt_label: str = ""  # that attempt in words, e.g. "attachment 9933017"
     key: str = ""  # Blackboard: the attempt (its receipt's name without .txt); Gradescope: the submission id
     detail: str = ""  # why it is refused, or what it is when it is no notebook
+    note: str = ""  # what the path says that was not believed (a student's file named as another's)
 
 
 def is_notebook(name: str) -> bool:
@@ -116,6 +125,12 @@ class Layout:
                 notebook=named(file, self.known),
                 key=submission["id"],
                 detail=detail,
+            )
+        if file == METADATA and len(relative) == 2 and folder not in self.nested_gradescope:
+            return Identified(
+                "other",
+                detail=f"{METADATA} in '{folder}/', a student's folder, is not read: Gradescope's metadata "
+                "is read at the top of its export only",
             )
         if not is_notebook(file):
             return Identified("other", detail=not_a_notebook(file))
@@ -207,33 +222,49 @@ class Layout:
                 "refused",
                 detail=f"the folder name '{folder}' cannot be a student id: {problem}; {fix}{moodle}",
             )
-        return Identified("notebook", student=folder, file=file, notebook=named(file, self.known))
+        return Identified(
+            "notebook",
+            student=folder,
+            file=file,
+            notebook=named(file, self.known),
+            note=_disbelieved(folder, file, self.known),
+        )
+
+
+def _disbelieved(folder: str, file: str, known: tuple[str, ...]) -> str:
+    """What a file's name in a student's folder would say at the top of a source, where it names
+    someone else: said in the log, never believed."""
+    flat = Layout(known).identify((file,))
+    if (
+        flat.kind not in ("notebook", "receipt")
+        or not flat.lms
+        and not flat.student
+        or flat.student == folder
+    ):
+        return ""
+    named_as = f"a {LMS_NAMES[flat.lms]} export's file" if flat.lms else "a flat <student>_<notebook> file"
+    who = f" of '{flat.student}'" if flat.student else ""
+    return (
+        f"'{file}' is named as {named_as}{who}, but it lies in '{folder}/': a file in a student's folder is "
+        "that student's, whatever its name says"
+    )
 
 
 def layout_of(paths: list[tuple[str, ...]], known: tuple[str, ...]) -> Layout:
     """The layout of a source from the paths of the files the intake reads.
 
-    Folders that every file shares are looked through (an export's top folder, or a folder the
-    instructor unpacked it into), keeping a folder that may be a student's: the last shared
-    folder is looked through only when it holds Gradescope's metadata, or files named as an
-    export names flat files, or only <student>_<notebook>.ipynb files.
+    The source's top is where the instructor put it: no folder there is looked through on the
+    strength of what it holds, since a student's folder holds what she chose. The exception is the
+    folder an export wraps its files in (Gradescope's `assignment_<id>_export/`), by its name.
     """
-    shared = 0
-    while paths and all(len(p) > shared + 2 and p[shared] == paths[0][shared] for p in paths):
-        shared += 1
-    if paths and all(len(p) > shared + 1 and p[shared] == paths[0][shared] for p in paths):
-        folder = paths[0][shared]
-        top = [p[shared + 1] for p in paths if len(p) == shared + 2]
-        student_folder = MOODLE.fullmatch(folder) or GRADESCOPE_FOLDER.fullmatch(folder)
-        flat = Layout(known)
-        if not student_folder and (
-            METADATA in top
-            or any(flat.identify((name,)).lms for name in top)
-            or all(flat.identify((name,)).kind == "notebook" for name in top)
-        ):
-            shared += 1
-    wrapper = paths[0][:shared] if paths else ()
-    relative = [p[shared:] for p in paths]
+    wrapper = ()
+    if (
+        paths
+        and all(len(p) > 1 and p[0] == paths[0][0] for p in paths)
+        and EXPORT_FOLDER.fullmatch(paths[0][0])
+    ):
+        wrapper = paths[0][:1]
+    relative = [p[len(wrapper) :] for p in paths]
     return Layout(
         known,
         wrapper,
@@ -324,22 +355,35 @@ class Receipt:
 
 def read_receipt(text: str) -> Receipt | None:
     """The student of a Blackboard receipt, from its line `Name: Jane Doe (jdoe12)`."""
-    match = RECEIPT_NAME.search(text)
+    match = RECEIPT_NAME.search(text[:RECEIPT_CHARS])
     return Receipt(clean_name(match["name"]), match["username"]) if match else None
+
+
+class Ambiguous(ValueError):
+    """A file name that can be read as more than one student's."""
 
 
 def blackboard_student(key: str, receipt: Receipt | None) -> tuple[str, str]:
     """The username and name of a Blackboard attempt (`key`: its receipt's name without .txt).
 
-    The file name does not say where the assignment's name ends and the username starts; the
-    username is the receipt's where the name ends in it (a username may hold `_`), else what
-    follows the last `_`. The name is the receipt's, where it is that username's receipt.
+    The file name does not say where the assignment's name ends and the username starts, and
+    both may hold `_`: the receipt's `(username)` says, where the name ends in it. Without a
+    receipt that says, only a name with one `_` before `_attempt_` has one reading; any other
+    raises Ambiguous (`kim` and `lee_kim` are both usernames of `HW 4_lee_kim`).
     """
     prefix = key.rpartition("_attempt_")[0]
     if receipt and prefix.endswith("_" + receipt.username) and len(prefix) > len(receipt.username) + 1:
         return receipt.username, receipt.name
-    username = prefix.rpartition("_")[2]
-    return username, receipt.name if receipt and receipt.username == username else ""
+    if prefix.count("_") == 1:
+        username = prefix.partition("_")[2]
+        return username, receipt.name if receipt and receipt.username == username else ""
+    readings = [prefix[i + 1 :] for i, c in enumerate(prefix) if c == "_" and i and prefix[i + 1 :]]
+    said = f"its receipt names '{receipt.username}'" if receipt else "there is no receipt of the attempt"
+    raise Ambiguous(
+        f"whose attempt it is cannot be told: the username in '{prefix}_attempt_…' may be "
+        f"{' or '.join(repr(r) for r in readings[-3:])}, and {said}: download the assignment again with "
+        "its receipts (Blackboard writes one per attempt)"
+    )
 
 
 @dataclass(frozen=True)
@@ -363,6 +407,7 @@ def gradescope_submissions(text: str) -> dict[str, GradescopeSubmission]:
     Read with yaml.safe_load: plain data only, whatever the file holds.
     """
     try:
+        _bounded_depth(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ValueError(f"it is not readable YAML ({' '.join(str(error).split())})") from None
@@ -387,6 +432,20 @@ def gradescope_submissions(text: str) -> dict[str, GradescopeSubmission]:
     if not found:
         raise ValueError("it names no submission (no 'submission_<id>:' keys)")
     return found
+
+
+def _bounded_depth(text: str) -> None:
+    """ValueError if the YAML nests deeper than an export's: PyYAML builds nested nodes by
+    recursion, so 30,000 levels would end the whole run. Its parser is not recursive: it is read
+    as events first, counting the depth."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_METADATA_DEPTH:
+                raise ValueError(f"it nests more than {MAX_METADATA_DEPTH} levels deep, unlike any export")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _field(mapping: dict, name: str):

@@ -74,25 +74,29 @@ IGNORED_FOLDERS = {  # never submissions: listed, not looked at
 }
 
 
-def find_submissions(source: Path, work: Path) -> Intake:
+def find_submissions(source: Path, work: Path, students: frozenset[str] = frozenset()) -> Intake:
     """Copy what the intake reads of `source` into work/inbox; the submissions, the refused and every file.
 
     Accepted, per file: <student>/<file>, flat <student>_<notebook>.ipynb, the exports of Canvas,
-    Moodle, Blackboard and Gradescope, or a zip of any (folders all the files share, such as an
-    export's top folder, are looked through). A student's files are only ever the ones directly in
-    their folder; two files for one notebook are both refused rather than one picked, unless the
-    export orders them as attempts (the latest is graded).
+    Moodle, Blackboard and Gradescope, or a zip of any (Gradescope's assignment_<id>_export/ is
+    looked through). A student's files are only ever the ones directly in their folder; two files
+    for one notebook are both refused rather than one picked, unless the export orders them as
+    attempts (the latest is graded). `students`: the ones the class already knows (its roster,
+    its record); a source named after one of them is that student's folder.
     """
     inbox = work / "inbox"
     shutil.rmtree(inbox, ignore_errors=True)
     inbox.mkdir(parents=True)
     if source.is_dir():
-        entries = _copy_folder(source, inbox)
+        entries, own = _copy_folder(source, inbox), source.name
     elif zipfile.is_zipfile(source):
-        entries = _unpack_zip(source, inbox)
+        entries, own = _zipped_folder(_unpack_zip(source, inbox), source.stem)
     else:
         raise SystemExit(f"{source} is neither a folder nor a zip file")
-    return _Assembly(inbox, tuple(assignments())).run(entries)
+    if own in students:  # one student's folder given as the source: its files are still only hers
+        for entry in entries:
+            entry.parts = (own, *entry.parts)
+    return _Assembly(inbox, tuple(assignments()), students).run(entries)
 
 
 def write_intake_report(path: Path, files: list[IntakeFile]) -> None:
@@ -140,8 +144,8 @@ class _Candidate:
 class _Assembly:
     """Turns the listed files into submissions, failed rows and the intake's list of files."""
 
-    def __init__(self, inbox: Path, known: tuple[str, ...]):
-        self.inbox, self.known = inbox, known
+    def __init__(self, inbox: Path, known: tuple[str, ...], students: frozenset[str] = frozenset()):
+        self.inbox, self.known, self.students = inbox, known, students
         self.intake = Intake()
         self.recognised: dict[str, tuple[str, str]] = {}
         self.group_copies: Path | None = None
@@ -200,8 +204,12 @@ class _Assembly:
                 self._file(entry, "ignored", what.student, detail=detail)
                 continue
             receipts[what.key] = receipt
-            username, _ = exports.blackboard_student(what.key, receipt)
             who = f"{receipt.name} ({receipt.username})"
+            try:
+                username = exports.blackboard_student(what.key, receipt)[0]
+            except exports.Ambiguous as error:
+                self._file(entry, "ignored", detail=f"Blackboard's receipt of {who}, not used: {error}")
+                continue
             self._file(
                 entry,
                 "read",
@@ -233,7 +241,11 @@ class _Assembly:
         """The students whose work the file is (a Gradescope group: each member), with its notebook."""
         attempt, label, submitted_at = what.attempt, what.attempt_label, what.submitted_at
         if what.lms == "blackboard":
-            members = [exports.blackboard_student(what.key, receipts.get(what.key))]
+            try:
+                members = [exports.blackboard_student(what.key, receipts.get(what.key))]
+            except exports.Ambiguous as error:
+                self._refuse(entry, entry.origin, "", str(error))
+                return []
         elif what.lms == "gradescope":
             if isinstance(metadata, str):
                 self._refuse(entry, entry.origin, "", f"whose work it is cannot be told: {metadata}")
@@ -256,6 +268,7 @@ class _Assembly:
         else:
             members = [(what.student, what.name)]
         notebook, note = self._notebook(entry, what)
+        note = "\n".join(line for line in (what.note, note) if line)
         candidates = []
         for student, name in members:
             if problem := self._id_problem(what, student, name):
@@ -299,6 +312,16 @@ class _Assembly:
 
     def _select(self, student: str, notebook: str, group: list[_Candidate], metadata) -> None:
         """Grade the one file, or the latest attempt where the export orders them; refuse the rest."""
+        for c in group:  # whatever the layout concluded: a known student's folder holds her work only
+            if owner := next((p for p in c.entry.parts[:-1] if p in self.students and p != student), None):
+                reason = (
+                    f"'{c.entry.origin}' lies in the folder of {owner} but was read as {student}'s "
+                    f"{notebook}: a file in a student's folder is never graded as another's "
+                    f"({student}'s grade is kept)"
+                )
+                self._file(c.entry, "refused", owner, notebook, reason)
+                self.intake.rejected.append(failed(owner, notebook, reason))
+                return
         ranked = len({c.found.lms for c in group}) == 1 and all(c.attempt for c in group)
         if len(group) > 1 and not ranked:
             reason = f"more than one file for this notebook ({', '.join(c.entry.origin for c in group)})"
@@ -321,6 +344,11 @@ class _Assembly:
             return
         graded = latest[0]
         notes = [graded.note] if graded.note else []
+        group_of = ""
+        if graded.found.lms == "gradescope" and len(members := metadata[graded.found.key].submitters) > 1:
+            everyone = ", ".join(f"{m.name} ({m.student})" if m.name else m.student for m in members)
+            group_of = f"Gradescope group submission {graded.found.key} of {everyone}"
+            notes.append(f"{group_of}: graded for each of them")
         if older:
             lms = LMS_NAMES[graded.found.lms]
             notes.append(
@@ -329,14 +357,12 @@ class _Assembly:
             )
             for c in older:
                 detail = f"an older attempt ({c.attempt_label}); graded: {graded.entry.origin}"
+                if group_of and c.found.key != graded.found.key:
+                    # Gradescope's own rule; but whoever submits names the group's members, unasked.
+                    detail += f", {group_of}, which names {student} as a member: check that {student} agreed"
+                    notes.append(f"FLAG: {student}'s own {c.attempt_label} is superseded by {group_of}")
                 self._file(c.entry, "superseded", student, notebook, detail)
-        path = graded.entry.copy
-        if graded.found.lms == "gradescope" and len(members := metadata[graded.found.key].submitters) > 1:
-            everyone = ", ".join(f"{m.name} ({m.student})" if m.name else m.student for m in members)
-            notes.append(
-                f"Gradescope group submission {graded.found.key} of {everyone}: graded for each of them"
-            )
-            path = self._group_copy(graded)
+        path = graded.entry.copy if not group_of else self._group_copy(graded)
         submission = Submission(
             student,
             notebook,
@@ -372,7 +398,7 @@ def _how(submission: Submission, recognised: str) -> str:
         where += f" ({submission.name})"
     if submission.late:
         where += ", late"
-    return f"{where}; {recognised or f'{submission.notebook} by its name'}"
+    return f"{where}; {'; '.join(recognised.splitlines()) or f'{submission.notebook} by its name'}"
 
 
 def _read_text(path: Path) -> tuple[str | None, str]:
@@ -501,6 +527,18 @@ def _unpack_zip(archive: Path, inbox: Path) -> list[_Entry]:
             else:
                 entry.copy = inbox.joinpath(*entry.parts)
     return entries
+
+
+def _zipped_folder(entries: list[_Entry], stem: str) -> tuple[list[_Entry], str]:
+    """A zip of one folder (what zipping a folder makes) is read as that folder: (its entries, read
+    from inside it; its name). Any other zip is read from its top, under the zip's own name."""
+    inside = [e for e in entries if not e.skipped and not e.refusal]  # the refused are refused anyway
+    if not inside or any(len(e.parts) < 2 or e.parts[0] != inside[0].parts[0] for e in inside):
+        return entries, stem
+    top = inside[0].parts[0]
+    for entry in inside:
+        entry.parts = entry.parts[1:]
+    return entries, top
 
 
 def _open_zip(archive: Path) -> zipfile.ZipFile:

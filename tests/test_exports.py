@@ -218,31 +218,64 @@ def test_blackboard_takes_the_latest_attempt_and_the_name_from_its_receipt(tmp_p
     )
 
 
-def test_blackboard_without_receipts_splits_at_the_last_underscore(tmp_path):
+def test_blackboard_without_receipts_reads_only_names_with_one_reading(tmp_path):
     source = _write(
         tmp_path / "in",
         {
-            "HW_4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope.ipynb": CLASS["jane", "04_rope"],
-            "HW_4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope (1).ipynb": CLASS["jane", "04_rope"],
-            "HW_4 Rope_kim_attempt_2026-13-20-22-10-05_04_rope.ipynb": CLASS["li", "04_rope"],  # month 13
+            "HW 4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope.ipynb": CLASS["jane", "04_rope"],
+            "HW 4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope (1).ipynb": CLASS["jane", "04_rope"],
+            "HW_4 Rope_kim_attempt_2026-11-20-22-10-05_04_rope.ipynb": CLASS["li", "04_rope"],  # kim, HW_4?
+            "HW 4 Rope_kim_attempt_2026-13-20-22-10-05_04_rope.ipynb": CLASS["li", "04_rope"],  # month 13
         },
     )
     intake = find_submissions(source, tmp_path / "work")
     assert intake.submissions == []
     assert _reasons(intake)["jdoe12"] == (
         "more than one file for this notebook in the latest attempt (submitted 2026-11-20 22:10:05: "
-        "HW_4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope (1).ipynb, "
-        "HW_4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope.ipynb)"
+        "HW 4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope (1).ipynb, "
+        "HW 4 Rope_jdoe12_attempt_2026-11-20-22-10-05_04_rope.ipynb)"
     )
-    not_a_time = _reasons(intake)["HW_4 Rope_kim_attempt_2026-13-20-22-10-05_04_rope.ipynb"]
-    assert not_a_time.startswith("'HW_4 Rope_kim_attempt_2026-13-20-22-10-05' cannot be a student id")
-    assert exports.blackboard_student("HW 4_a_b_attempt_2026-11-20-22-10-05", None) == ("b", "")
+    assert _reasons(intake)["HW_4 Rope_kim_attempt_2026-11-20-22-10-05_04_rope.ipynb"] == (
+        "whose attempt it is cannot be told: the username in 'HW_4 Rope_kim_attempt_…' may be "
+        "'4 Rope_kim' or 'kim', and there is no receipt of the attempt: download the assignment again with "
+        "its receipts (Blackboard writes one per attempt)"
+    )
+    not_a_time = _reasons(intake)["HW 4 Rope_kim_attempt_2026-13-20-22-10-05_04_rope.ipynb"]
+    assert not_a_time.startswith("'HW 4 Rope_kim_attempt_2026-13-20-22-10-05' cannot be a student id")
     receipt = exports.read_receipt("Name: Ann\tO'Neil  (a_b)\nAssignment: HW 4\n")
     assert receipt == exports.Receipt("Ann O'Neil", "a_b")
     assert exports.blackboard_student("HW 4_a_b_attempt_2026-11-20-22-10-05", receipt) == (
         "a_b",
         "Ann O'Neil",
     )
+    with pytest.raises(exports.Ambiguous):
+        exports.blackboard_student("HW 4_a_b_attempt_2026-11-20-22-10-05", None)
+
+
+def test_a_receipt_names_its_student_by_the_last_parenthesis_of_its_line(tmp_path):
+    """A full name may hold parentheses: `Lee (Ann) Kim (lee_kim)` is lee_kim's, not Ann's; with
+    usernames kim and lee_kim in one class, each keeps her own attempt."""
+    assert exports.read_receipt("Name: Lee (Ann) Kim (lee_kim)\r\nAssignment: HW 4\r\n") == exports.Receipt(
+        "Lee (Ann) Kim", "lee_kim"
+    )
+    assert exports.read_receipt("Name: Lee (Ann) Kim (lee_kim) and more\n") is None
+    attempt = "HW 4_{}_attempt_2026-11-20-22-10-05"
+    source = _write(
+        tmp_path / "in",
+        {
+            f"{attempt.format('kim')}_04_rope.ipynb": CLASS["jane", "04_rope"],
+            f"{attempt.format('kim')}.txt": b"Name: Kim Park (kim)\n",
+            f"{attempt.format('lee_kim')}_04_rope.ipynb": CLASS["li", "04_rope"],
+            f"{attempt.format('lee_kim')}.txt": b"Name: Lee (Ann) Kim (lee_kim)\n",
+        },
+    )
+    intake = find_submissions(source, tmp_path / "work")
+    assert intake.rejected == []
+    assert _graded(intake) == {
+        ("kim", "04_rope"): CLASS["jane", "04_rope"],
+        ("lee_kim", "04_rope"): CLASS["li", "04_rope"],
+    }
+    assert {s.student: s.name for s in intake.submissions} == {"kim": "Kim Park", "lee_kim": "Lee (Ann) Kim"}
 
 
 def test_gradescope_grades_each_member_of_a_group_on_a_copy_of_its_own(tmp_path):
@@ -352,6 +385,44 @@ def test_gradescope_metadata_built_of_aliases_is_read_at_once():
         "ann@uni.example",
         "",
         "",
+    )
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        "a: " + "[" * 30_000 + "]" * 30_000,
+        "".join("  " * i + "- \n" for i in range(3000)),
+        "- " * 30_000 + "x",
+    ],
+)
+def test_metadata_nested_too_deeply_costs_its_export_a_refusal_not_the_run(tmp_path, metadata):
+    export = gradescope_export(tmp_path / "in", {("jane", "04_rope"): CLASS["jane", "04_rope"]})
+    (export.folder / "submission_metadata.yml").write_text(metadata)
+    intake = find_submissions(export.folder, tmp_path / "work")
+    assert intake.submissions == []
+    reason = _reasons(intake)["submission_metadata.yml"]
+    assert reason.startswith("Gradescope's submission_metadata.yml cannot be used: it ")
+    assert "deep" in reason or "not readable YAML" in reason
+
+
+def test_a_group_submission_that_supersedes_a_members_own_is_flagged(tmp_path):
+    """Gradescope grades a student's latest submission, a group's that names her included; whoever
+    submits names the members, so the grader says so where it replaces her own."""
+    export = gradescope_export(tmp_path / "in", {("jane", "04_rope"): CLASS["jane", "04_rope"]})
+    (export.folder / "submission_metadata.yml").write_text(
+        (export.folder / "submission_metadata.yml").read_text()
+        + ":submission_9000:\n  :submitters:\n  - :name: Mal Lory\n    :sid: '666'\n"
+        "  - :name: Jane Smith\n    :sid: '1001'\n  :created_at: 2026-11-21 10:00:00.0 -08:00\n"
+    )
+    _write(export.folder, {"submission_9000/04_rope.ipynb": CLASS["li", "04_rope"]})
+    intake = find_submissions(export.folder, tmp_path / "work")
+    jane = next(s for s in intake.submissions if s.student == "1001")
+    assert jane.origin == "submission_9000/04_rope.ipynb"  # Gradescope's own rule
+    assert "FLAG: 1001's own submission 4567 is superseded by Gradescope group submission 9000" in jane.note
+    [own] = [f for f in intake.files if f.path == "submission_4567/04_rope.ipynb"]
+    assert own.outcome == "superseded" and own.detail.endswith(
+        "which names 1001 as a member: check that 1001 agreed"
     )
 
 
@@ -601,19 +672,76 @@ def test_a_class_may_mix_layouts_and_every_file_is_listed(tmp_path):
     )
 
 
-def test_flat_files_in_a_shared_folder_are_looked_through_but_a_students_folder_is_not(tmp_path):
-    canvas = _write(
-        tmp_path / "canvas", {"submissions/smithjane_48211_9933017_04_rope.ipynb": CLASS["jane", "04_rope"]}
-    )
-    flat = _write(tmp_path / "flat", {"export/bo_04_rope.ipynb": b"{}", "export/cy_07_rmsnorm.ipynb": b"{}"})
-    one = _write(tmp_path / "one", {"ann/homework.ipynb": CLASS["ann", "04_rope"]})
-    for source, found in (
-        (canvas, {("48211", "04_rope")}),
-        (flat, {("bo", "04_rope"), ("cy", "07_rmsnorm")}),
-        (one, {("ann", "04_rope")}),
+def test_a_lone_folder_is_a_students_whatever_its_files_are_named(tmp_path):
+    """A late student's folder graded on its own: files named as someone else's flat file, as a
+    Canvas or Moodle download, or a Gradescope export with its metadata stay hers (each named in
+    the log), in a folder or zipped; only Gradescope's own assignment_<id>_export/ is looked through."""
+    planted = {
+        "victim_04_rope.ipynb": CLASS["jane", "04_rope"],
+        "smithjane_48211_9933017_07_rmsnorm.ipynb": CLASS["jane", "07_rmsnorm"],
+    }
+    for files in (
+        planted,
+        {"Jane Smith_123451_assignsubmission_file_04_rope.ipynb": CLASS["jane", "04_rope"]},
+        {
+            "submission_metadata.yml": b":submission_1:\n  :submitters:\n  - :sid: 'victim'\n",
+            "submission_1/04_rope.ipynb": CLASS["jane", "04_rope"],
+        },
     ):
-        intake = find_submissions(source, tmp_path / f"work-{source.name}")
-        assert {(s.student, s.notebook) for s in intake.submissions} == found
+        source = _write(
+            tmp_path / f"late-{len(list(tmp_path.iterdir()))}", {f"mallory/{p}": d for p, d in files.items()}
+        )
+        archive = tmp_path / "late.zip"
+        archive.unlink(missing_ok=True)
+        with zipfile.ZipFile(archive, "w") as zf:
+            for path in files:
+                zf.write(source / "mallory" / path, f"late/mallory/{path}")
+        for given in (source, archive):
+            intake = find_submissions(given, tmp_path / "work")
+            assert {s.student for s in intake.submissions} <= {"mallory"}, given
+            assert {f.student for f in intake.files} <= {"mallory", ""}, given
+    intake = find_submissions(source.parent / "late-0", tmp_path / "work")
+    assert {(s.student, s.notebook) for s in intake.submissions} == {
+        ("mallory", "04_rope"),
+        ("mallory", "07_rmsnorm"),
+    }
+    rope = next(s for s in intake.submissions if s.notebook == "04_rope")
+    assert (
+        "'victim_04_rope.ipynb' is named as a flat <student>_<notebook> file of 'victim', but it lies in "
+        "'mallory/': a file in a student's folder is that student's, whatever its name says" in rope.note
+    )
+    export = gradescope_export(tmp_path / "gs", CLASS)
+    wrapped = _write(
+        tmp_path / "wrapped",
+        {
+            f"assignment_7_export/{p.relative_to(export.folder)}": p.read_bytes()
+            for p in export.folder.rglob("*")
+            if p.is_file()
+        },
+    )
+    assert _graded(find_submissions(wrapped, tmp_path / "work")) == export.graded
+
+
+def test_a_source_named_after_a_known_student_is_her_folder(tmp_path, monkeypatch):
+    """Given as the source itself, mallory's folder is still mallory's when the class knows her
+    (its roster or its record); and a file the layout would give to another student from a known
+    student's folder is refused, naming both, whatever the layout concluded."""
+    source = _write(tmp_path / "mallory", {"victim_04_rope.ipynb": CLASS["jane", "04_rope"]})
+    assert _found_students(find_submissions(source, tmp_path / "work")) == {"victim"}  # flat, as documented
+    intake = find_submissions(source, tmp_path / "work", frozenset({"mallory", "victim"}))
+    assert _found_students(intake) == {"mallory"}
+    source = _write(tmp_path / "late", {"mallory/victim/04_rope.ipynb": CLASS["jane", "04_rope"]})
+    monkeypatch.setattr(exports, "layout_of", lambda paths, known: exports.Layout(known, ("mallory",)))
+    intake = find_submissions(source, tmp_path / "work", frozenset({"mallory"}))
+    assert intake.submissions == []
+    assert _reasons(intake)["mallory"] == (
+        "'mallory/victim/04_rope.ipynb' lies in the folder of mallory but was read as victim's 04_rope: "
+        "a file in a student's folder is never graded as another's (victim's grade is kept)"
+    )
+
+
+def _found_students(intake: Intake) -> set[str]:
+    return {s.student for s in intake.submissions}
 
 
 def test_a_students_file_named_like_an_export_stays_that_students(tmp_path):

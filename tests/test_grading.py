@@ -461,6 +461,31 @@ def test_a_partial_folder_and_a_resubmission_keep_every_other_row_and_hand_grade
 
 
 @needs_sandbox
+def test_a_students_folder_graded_alone_never_changes_another_students_grade(graded, tmp_path):
+    """mallory's late folder, graded on its own into the class's folder, holds a blank notebook
+    named as untouched's flat file: it is mallory's, and untouched's row and hand grade stay."""
+    out = graded[2]
+    marks = {("untouched", "02_positions", "sinusoidal_test"): (1.0, "sinusoidal")}
+    _give_by_hand(out, marks)
+    before = _rows(out)
+    late = tmp_path / "late"
+    (late / "mallory").mkdir(parents=True)
+    nbformat.write(release("02_positions"), late / "mallory" / "untouched_02_positions.ipynb")
+    assert main(["grade", str(late), "--out", str(out), "--jobs", "1"]) == 0
+    after = _rows(out)
+    assert after[("untouched", "02_positions")] == before[("untouched", "02_positions")]
+    assert _by_hand(out, marks) == {key: (1.0, "seen: sinusoidal") for key in marks}
+    assert after[("mallory", "02_positions")]["status"] == "graded"
+    with (out / "intake.csv").open() as f:
+        [row] = list(csv.DictReader(f))
+    assert (row["student"], row["outcome"]) == ("mallory", "graded")
+    assert (
+        "named as a flat <student>_<notebook> file of 'untouched'"
+        in (out / "logs" / "mallory" / "02_positions.log").read_text()
+    )
+
+
+@needs_sandbox
 def test_hand_grades_come_back_when_the_course_is_lost(graded):
     """OUT/course deleted (or a run killed while replacing it): the next run rebuilds it from
     the record, with the grades given by hand there."""
