@@ -3,7 +3,7 @@
 Each one scores exactly what its honest work earns: an attack added to a correct answer
 (`_honest`) keeps full marks unless the attack itself destroys the work, and an attack
 added to a wrong answer (`_zeros`: RMSNorm returning zeros) gains nothing. Where the
-grader can see the attempt, its log names it. README, "Red team", lists the results.
+grader can see the attempt, its log names it. docs/security.md, "Red team", lists the results.
 """
 
 import csv
