@@ -97,7 +97,7 @@ def grade(
     if not seed_file.exists():
         seed_file.write_text(str(secrets.randbits(31)))
     seed = int(seed_file.read_text())
-    intake = find_submissions(source, work)
+    intake = find_submissions(source, work, known_students(out, kept.get("roster")))
     write_intake_report(out / "intake.csv", intake.files)
     if exports := Counter(s.lms for s in intake.submissions if s.lms):
         save_settings(out, {**kept, "lms": exports.most_common(1)[0][0]})
@@ -112,6 +112,15 @@ def grade(
         _end_batch(batch, "sandboxes were left by grading workers killed midway")
         (work / BATCH_RECORD).unlink()
     return report(out, intake.rejected)
+
+
+def known_students(out: Path, roster: str | None) -> frozenset[str]:
+    """The students a class knows: its roster's and those with an outcome in `out` (whose folders
+    the intake never reads as anyone else's)."""
+    students = {key.partition("/")[0] for key in recorded(out)}
+    if roster:
+        students.update(read_roster(out / roster).students)
+    return frozenset(students)
 
 
 def _to_grade(

@@ -67,7 +67,9 @@ class Intake:
 
 
 MAX_ARCHIVE_BYTES = 8 * 2**30  # a class's zip; more is a zip bomb, not notebooks
-MAX_TEXT_BYTES = 16 * 2**20  # a receipt or submission_metadata.yml; more is not what an export writes
+# A receipt or submission_metadata.yml; more is not what an export writes (Gradescope's metadata of a
+# class of 1000 is about 0.3 MiB; libyaml reads 4 MiB in a second).
+MAX_TEXT_BYTES = 4 * 2**20
 IGNORED_FOLDERS = {  # never submissions: listed, not looked at
     ".ipynb_checkpoints": "in .ipynb_checkpoints/: Jupyter's autosaves, not a submission",
     "__MACOSX": "in __MACOSX/: macOS's copies of file attributes, not a submission",
@@ -259,7 +261,8 @@ class _Assembly:
                 return []
             submission = metadata[what.key]
             members = [(s.student, s.name) for s in submission.submitters]
-            attempt, label = (submission.submitted_at, int(what.key)), f"submission {what.key}"
+            attempt = (exports.instant(submission.submitted_at), int(what.key))
+            label = f"submission {what.key}"
             submitted_at = submission.submitted_at
             if not members:
                 self._refuse(
@@ -532,8 +535,17 @@ def _unpack_zip(archive: Path, inbox: Path) -> list[_Entry]:
 def _zipped_folder(entries: list[_Entry], stem: str) -> tuple[list[_Entry], str]:
     """A zip of one folder (what zipping a folder makes) is read as that folder: (its entries, read
     from inside it; its name). Any other zip is read from its top, under the zip's own name."""
-    inside = [e for e in entries if not e.skipped and not e.refusal]  # the refused are refused anyway
+    # Judged on every entry but macOS's __MACOSX/ beside the folder and paths that lead out of the
+    # zip: a student's refused or skipped files are still in her folder. A folder whose name says
+    # whose it is (Moodle's, Gradescope's submission_<id>) is never read as the source.
+    inside = [
+        e for e in entries if e.parts and e.parts[0] not in IGNORED_FOLDERS and not _escape(e.origin, e.parts)
+    ]
     if not inside or any(len(e.parts) < 2 or e.parts[0] != inside[0].parts[0] for e in inside):
+        return entries, stem
+    if exports.MOODLE.fullmatch(inside[0].parts[0]) or exports.GRADESCOPE_FOLDER.fullmatch(
+        inside[0].parts[0]
+    ):
         return entries, stem
     top = inside[0].parts[0]
     for entry in inside:
@@ -582,15 +594,22 @@ def _entry_refusal(entry: zipfile.ZipInfo, parts: tuple[str, ...]) -> str | None
         return reason
     if not parts:
         return "it has no name"
-    if entry.filename.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", entry.filename):
-        return "an absolute path (from / or a drive letter): it would be unpacked outside the grader's folder"
-    if ".." in parts:
-        return "its path climbs out of its folder (..): it would be unpacked outside the grader's folder"
+    if reason := _escape(entry.filename, parts):
+        return reason
     mode = entry.external_attr >> 16  # the Unix file type and permissions, where the zip records them
     if stat.S_IFMT(mode) and (reason := _type_refusal(mode)):
         return reason
     if entry.flag_bits & 0x1:
         return "encrypted (password-protected)"
+    return None
+
+
+def _escape(name: str, parts: tuple[str, ...]) -> str | None:
+    """Why a zip entry's path leads out of the folder it is unpacked into, if it does."""
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return "an absolute path (from / or a drive letter): it would be unpacked outside the grader's folder"
+    if ".." in parts:
+        return "its path climbs out of its folder (..): it would be unpacked outside the grader's folder"
     return None
 
 
