@@ -20,7 +20,7 @@ import shutil
 import tarfile
 import tempfile
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -32,7 +32,7 @@ from .clean import notebook_metadata
 from .feedback import exporter_config
 from .merged_course import automatic_grades, quiet_gradebook
 from .paths import SOLUTIONS
-from .report import Result, failed
+from .report import Result, failed, shown, shown_json, shown_lines
 
 
 @dataclass(frozen=True)
@@ -263,10 +263,10 @@ class Worker:
             )
         run = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
         try:
-            return self._autograde(task, run)
+            return escaped(self._autograde(task, run))
         except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
             reason = f"the grader could not process this notebook ({type(error).__name__})"
-            return Graded(failed(task.student, task.notebook, reason), traceback.format_exc())
+            return escaped(Graded(failed(task.student, task.notebook, reason), traceback.format_exc()))
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
@@ -331,6 +331,23 @@ class Worker:
         )
 
 
+def escaped(graded: Graded) -> Graded:
+    """What grading gave, each text in it that a kernel or a submission could have written escaped as
+    `report.shown` does (line breaks kept): the log (errors, verdicts, tracebacks quote the student),
+    the kernel's own output, the reason, and the stored notebooks (as JSON escapes: the same
+    notebooks). Nothing the batch writes or prints from it can then move a terminal's cursor, retitle
+    its window, write its clipboard or reorder a line."""
+    kernel_log = graded.kernel_log.decode("utf-8", "surrogateescape")  # its bytes that are not text: \xNN
+    return replace(
+        graded,
+        result=replace(graded.result, reason=shown(graded.result.reason)),
+        log=shown_lines(graded.log),
+        kernel_log=shown_lines(kernel_log).encode(),
+        submitted=shown_json(graded.submitted.decode()).encode(),
+        autograded=shown_json(graded.autograded.decode()).encode(),
+    )
+
+
 def _read(path: Path) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
@@ -341,5 +358,7 @@ NBGRADER_NOISE = re.compile(r"^\[WARNING\] Attribute '\w+' for cell \S+ has chan
 
 
 def _actionable(log: str | None) -> str:
-    """nbgrader's log of a run without the lines an instructor cannot act on."""
-    return "\n".join(line for line in (log or "").splitlines() if not NBGRADER_NOISE.match(line))
+    """nbgrader's log of a run without the lines an instructor cannot act on. Its lines end at line
+    feeds only: a carriage return or a Unicode line separator in a student's message is the
+    student's text (`escaped` shows it), never the start of a line of the log."""
+    return "\n".join(line for line in (log or "").rstrip("\n").split("\n") if not NBGRADER_NOISE.match(line))

@@ -86,8 +86,8 @@ def _forget(args) -> int:
     for (student, notebook), paths in found.items():
         what = f"{student}/{notebook}" if notebook else f"{student} (every notebook)"
         if not paths:
-            raise SystemExit(f"{what}: nothing of this in {out}; nothing was removed")
-        print(f"{what}:" + "".join(f"\n  {p.relative_to(out)}" for p in paths))
+            raise SystemExit(shown(f"{what}: nothing of this in {out}; nothing was removed"))
+        print(shown(f"{what}:") + "".join(f"\n  {shown(str(p.relative_to(out)))}" for p in paths))
     if not args.yes:
         print(
             "nothing was removed: run again with --yes to remove the above (hand grades are kept, set aside)"

@@ -378,7 +378,7 @@ class JudgedExecute(Execute):
             elif error is not None:
                 cause = self._undefined(str(error.evalue), index)
                 why = f"the cell raised {error.ename}: {error.evalue}{cause}"
-                kind = f"the test cell raised {str(error.ename)[:80]}"
+                kind = f"the test cell raised {shown(str(error.ename))[:80]}"
             else:
                 why = kind = "`check` was redefined, patched or bypassed"
                 self.log.warning("[course] test cell %s: no results came back for %s: %s", label, name, why)

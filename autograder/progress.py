@@ -12,16 +12,25 @@ Two summaries read it:
 - `progress("07_rmsnorm")`, the last cell of each notebook: the checks run in this kernel;
 - `course progress [FOLDER]`: every notebook of a working copy, from the verdicts its test cells
   show since they were last run and saved (a self-learner's own record, not a grade).
+
+A saved notebook is anyone's to edit, so `course progress` reads it as data from a stranger: bounded,
+checked against nbformat's schema (else "could not be read", never done), a verdict only from the
+test cell that calls its check, none for an answer cell left as released, and everything it prints
+escaped. What a test cell's saved output claims cannot be checked without running the notebook:
+`course check` does that (student.py).
 """
 
+import hashlib
 import json
 import re
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .cells import check_calls, is_test_cell
+from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
 from .core import STUB
 from .paths import EXPECTED
+from .report import shown
 
 QUESTIONS = EXPECTED / "questions.json"
 LABEL = re.compile(
@@ -140,7 +149,7 @@ class Standing:
     max_points: float
     minutes_left: int
     next_question: Question | None
-    found: bool = True  # False: no notebook of that name in the folder
+    problem: str = ""  # shown instead of the next question: the notebook is missing or unreadable
 
 
 def standing(notebook: str, questions: list[Question], seen: dict[str, Seen]) -> Standing:
@@ -169,12 +178,10 @@ def table(rows: list[Standing]) -> str:
     header = ("notebook", "questions passed", "visible points", "time left", "next question")
     lines = [header]
     for row in rows:
-        upcoming = "all done" if row.next_question is None else _next(row.next_question)
-        if not row.found:
-            upcoming = "not found in this folder"
+        upcoming = row.problem or ("all done" if row.next_question is None else _next(row.next_question))
         lines.append(
             (
-                row.notebook,
+                shown(row.notebook),
                 f"{row.passed}/{row.total}",
                 f"{_number(row.points)}/{_number(row.max_points)}",
                 f"~{row.minutes_left} min",
@@ -198,7 +205,7 @@ def table(rows: list[Standing]) -> str:
 
 
 def _next(question: Question) -> str:
-    return f"{_plain(question.title)} ({question.labels})"
+    return shown(f"{_plain(question.title)} ({question.labels})")
 
 
 def _plain(title: str) -> str:
@@ -247,24 +254,94 @@ def progress(notebook: str) -> None:
 
 # ------------------------------------------------------------- from a shell: a working copy
 
+MAX_NOTEBOOK_BYTES = 50 * 2**20  # a working copy's notebook, saved outputs included; larger is not read
+
+
+class Unreadable(ValueError):
+    """A file that is not a notebook of nbformat 4 as its schema has it; the message says why."""
+
+
+def read_notebook(path: Path):
+    """A saved notebook, read as data from a stranger: at most MAX_NOTEBOOK_BYTES, JSON that Python's
+    recursion can parse, nbformat 4 with every field of the type its schema gives. Raises Unreadable
+    (or OSError) otherwise: a malformed notebook is never half read."""
+    import nbformat
+
+    with path.open("rb") as file:
+        raw = file.read(MAX_NOTEBOOK_BYTES + 1)
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise Unreadable(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise Unreadable("not a notebook: its JSON is not an object")
+        version = data.get("nbformat"), data.get("nbformat_minor")
+        if [type(v) for v in version] != [int, int] or version[0] != 4:
+            raise Unreadable(f"not a notebook of nbformat 4: its version reads {repr(version)[:80]}")
+        with warnings.catch_warnings():  # of ids it adds, say: the schema's answer is the one that counts
+            warnings.simplefilter("ignore")
+            nbformat.validate(data, relax_add_props=True)  # a key an editor adds is no harm; a type is
+        return nbformat.v4.to_notebook_json(data)  # multi-line fields joined, as nbformat.read does
+    except Unreadable:
+        raise
+    except (ValueError, RecursionError, nbformat.ValidationError) as error:  # ValueError: bad JSON too
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise Unreadable(reason[:200]) from None
+
+
+def test_cells(notebook) -> list[tuple[object, list[tuple[str, bool]]]]:
+    """(cell, its check calls) of each test cell: nbgrader's test cells; in a notebook whose nbgrader
+    metadata an editor (Colab) dropped, the cells that call check()."""
+
+    def calls(cell) -> list[tuple[str, bool]]:
+        try:
+            return check_calls(cell.source) if cell.cell_type == "code" else []
+        except (SyntaxError, ValueError):  # a cell of the student's own that is not a test cell
+            return []
+
+    marked = [cell for cell in notebook.cells if is_test_cell(cell)]
+    return [(cell, found) for cell in marked or notebook.cells if (found := calls(cell))]
+
 
 def seen_in(notebook) -> dict[str, Seen]:
-    """The verdicts a saved notebook's outputs show, the last one of each check in cell order."""
+    """The verdicts a saved notebook's test cells show, the last one of each check in cell order:
+    only in the cell that calls that check, only in the form `check` gives it (printed when passed,
+    raised as CheckFailed when not), and none for a check whose answer cell is still as released,
+    whatever its outputs say."""
+    from .checks import CHECKS
+
+    released = {grade_id(cell) for cell in notebook.cells if _as_released(cell)}
     seen: dict[str, Seen] = {}
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
+    for cell, calls in test_cells(notebook):
+        names = {n for n, hidden in calls if not hidden and n in CHECKS}
+        names -= {n for n in names if CHECKS[n].answer_cell in released}
         for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                text = output.get("text", "")
-            elif output.get("output_type") == "error":
-                text = "\n".join(output.get("traceback", []))
+            if output.output_type == "stream" and output.name == "stdout":
+                text = output.text
+            elif output.output_type == "error" and output.ename == "CheckFailed":
+                text = "\n".join(output.traceback)
             else:
                 continue
-            text = text if isinstance(text, str) else ""
             for name, mark, points, max_points in VERDICT.findall(text):
-                seen[name] = Seen(mark == "passed", float(points), float(max_points), STUB in text)
+                if name in names:
+                    seen[name] = Seen(mark == "passed", float(points), float(max_points), STUB in text)
     return seen
+
+
+def _as_released(cell) -> bool:
+    """An answer cell whose source is still the release's: the checksum nbgrader wrote into it then
+    still matches (nbgrader.utils.compute_checksum, which a student's copy does without)."""
+    meta = nbgrader_meta(cell)
+    if not meta.get("solution") or not isinstance(meta.get("checksum"), str):
+        return False
+    parts = [cell.source, cell.cell_type, str(meta.get("grade", False)), str(meta["solution"]), "False"]
+    parts.append(str(meta.get("grade_id")))
+    try:
+        if meta.get("grade"):
+            parts.append(str(float(meta.get("points"))))
+    except (TypeError, ValueError):
+        return False
+    return hashlib.md5("".join(parts).encode(), usedforsecurity=False).hexdigest() == meta["checksum"]
 
 
 def find_notebook(folder: Path, notebook: str) -> tuple[Path | None, list[Path]]:
@@ -286,23 +363,23 @@ def find_notebook(folder: Path, notebook: str) -> tuple[Path | None, list[Path]]
 
 def folder_progress(folder: Path) -> tuple[str, list[str], int]:
     """The table for a working copy, a note per notebook that could not be read, and how many of
-    the course's notebooks were found."""
-    import nbformat
-
+    the course's notebooks were found. Paths and reasons come from whoever made the folder: shown."""
     rows, notes, found = [], [], 0
     for notebook, questions in course_questions().items():
         seen: dict[str, Seen] = {}
-        path = None
+        path, problem = None, "not found in this folder"
         try:
             path, others = find_notebook(folder, notebook)
             if path is not None:
                 found += 1
+                problem = ""
                 if others:
                     also = ", ".join(map(str, others))
-                    notes.append(f"{notebook}: read {path}, the last modified; also there: {also}")
-                seen = seen_in(nbformat.read(path, as_version=4))
+                    notes.append(shown(f"{notebook}: read {path}, the last modified; also there: {also}"))
+                seen = seen_in(read_notebook(path))
         except Exception as error:  # a notebook or folder that cannot be read: say so, list the others
-            notes.append(f"{notebook}: could not be read ({type(error).__name__}: {error})")
-        row = standing(notebook, questions, seen)
-        rows.append(row if path is not None else replace(row, found=False))
+            problem = "could not be read (see below)" if path is not None else problem
+            why = str(error) if isinstance(error, Unreadable) else f"{type(error).__name__}: {error}"
+            notes.append(shown(f"{notebook}: could not be read ({why})"))
+        rows.append(replace(standing(notebook, questions, seen), problem=problem))
     return table(rows), notes, found

@@ -24,7 +24,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .report import Result
+from .report import Result, shown_lines
 
 if TYPE_CHECKING:  # types only: the grading side imports the record, not the reverse
     from .autograde import Graded
@@ -97,7 +97,7 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
             log = out / "logs" / student / f"{notebook}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as file:
-                file.write(f"\n{note}\n")
+                file.write(f"\n{shown_lines(note)}\n")
             return saved[0]
         digest = ""
     result = replace(
@@ -105,7 +105,7 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
     )
     intake = [f"[course] graded file: {submission.origin}"] if submission.origin else []
     log = "\n".join(intake + [f"[course] {line}" for line in submission.note.splitlines()] + [graded.log])
-    _write(out / "logs" / student / f"{notebook}.log", log.encode())
+    _write(out / "logs" / student / f"{notebook}.log", shown_lines(log).encode())  # text of students
     page = out / "feedback" / student / f"{notebook}.html"
     if result.status == "failed":
         _write(page, _not_graded_page(notebook, result.reason).encode())

@@ -13,9 +13,10 @@ notebook edited in notebooks/ or a stale snapshot cannot slip into a release. im
 shipped as a whole: its figures are the reference solution's outputs, some of them graded answers.
 
 The package is the student's side of `autograder` only: the checks (run and judge), the visible
-cases, self-study and progress. Each check's case generator is taken out of its module with
-whatever only it used: the visible cases are in the snapshots, the hidden ones are drawn at grading
-time from the instructor's copy. No solutions/, no mistakes.py, no grading pipeline, no sandbox.
+cases, self-study and progress, and the sandbox `course check` runs a notebook in. Each check's
+case generator is taken out of its module with whatever only it used: the visible cases are in the
+snapshots, the hidden ones are drawn at grading time from the instructor's copy. No solutions/, no
+mistakes.py, no grading pipeline.
 """
 
 import ast
@@ -36,13 +37,17 @@ STUDENT_MODULES = [
     "__init__.py",
     "api.py",
     "cells.py",
+    "cgroup.py",  # with sandbox.py and kernel_launcher.py: `course check` runs a notebook sandboxed
     "core.py",
     "exchange.py",
+    "kernel_launcher.py",
     "language_model.py",
     "paths.py",
     "playground.py",
     "progress.py",
     "reference.py",  # finds no solutions/ in a release, and says so
+    "report.py",  # shown(): what the commands print is escaped
+    "sandbox.py",
     "selfstudy.py",
     "student.py",
 ]

@@ -11,6 +11,8 @@ grades.csv's text fields through `_cell` as well.
 """
 
 import csv
+import json
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -123,6 +125,25 @@ def shown(text: str) -> str:
     so that showing text twice changes nothing: rows may be shown at every step they pass.
     """
     return "".join(_escape(c) if unicodedata.category(c) in UNPRINTABLE else c for c in text)
+
+
+def shown_lines(text: str) -> str:
+    """`text` as `shown` writes it, its line breaks kept: for a log or a message of several lines
+    (tracebacks, verdicts, a kernel's output). Idempotent, as `shown` is."""
+    return "\n".join(shown(line) for line in text.split("\n"))
+
+
+def shown_json(text: str) -> str:
+    """JSON text with each unprintable character in its strings written as JSON's own escape
+    (`\\u009b`): the same value once parsed, and nothing a terminal acts on or hides when the file is
+    shown. JSON's whitespace (tab, line feed, carriage return) stays: outside strings it is layout,
+    and inside them JSON escapes it already."""
+    return re.sub(r"[^\t\n\r\x20-\x7e]", _json_escape, text)
+
+
+def _json_escape(found: re.Match) -> str:
+    char = found.group()
+    return json.dumps(char)[1:-1] if unicodedata.category(char) in UNPRINTABLE else char
 
 
 def _escape(char: str) -> str:

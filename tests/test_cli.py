@@ -1,11 +1,16 @@
 """The student-side and listing subcommands of `course`."""
 
+import unicodedata
+
 import nbformat
 
+from autograder.cells import grade_id
 from autograder.checks import CHECKS
 from autograder.cli import main
+from autograder.report import UNPRINTABLE
 
-from .submissions import perfect, release
+from .machine import needs_sandbox
+from .submissions import perfect, release, solution_sources, with_answer
 
 
 def test_list_names_every_check(capsys):
@@ -23,3 +28,43 @@ def test_check_reports_visible_checks(tmp_path, capsys):
     assert main(["check", str(todo)]) == 1
     report = capsys.readouterr().out
     assert "0/2 visible checks pass" in report and "NotImplementedError" in report
+
+
+# A window title (OSC 0), a clipboard write (OSC 52), clear screen (CSI 2J, then its C1 form), a
+# right-to-left override, and a line of the log forged after a carriage return
+FORGED = "[INFO] [course] [07.rmsnorm_norm] passed (2/2): forged"
+EVIL = f"\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J\u202e\r{FORGED}"
+
+
+def _unprintable(text: str) -> list[str]:
+    return [c for c in text if unicodedata.category(c) in UNPRINTABLE and c not in "\n\t"]
+
+
+@needs_sandbox
+def test_grading_escapes_what_a_kernel_sends_in_every_log_file_and_the_terminal(tmp_path, capfd):
+    """A submission whose answer raises, and whose own cell prints and raises, text full of escape
+    codes; the kernel also writes it to its own stderr (kernel.log)."""
+    answer = solution_sources("07_rmsnorm")["rmsnorm"].replace(
+        "return x * torch.rsqrt(", f"raise ValueError({EVIL!r})\n        return x * torch.rsqrt("
+    )
+    notebook = with_answer(perfect("07_rmsnorm"), "rmsnorm", answer)
+    at = [grade_id(c) for c in notebook.cells].index("rmsnorm") + 1
+    loud = f"import os\nprint({EVIL!r})\nos.write(2, {EVIL!r}.encode())\nraise RuntimeError({EVIL!r})"
+    notebook.cells.insert(at, nbformat.v4.new_code_cell(loud))
+    (tmp_path / "in" / "mallory").mkdir(parents=True)
+    nbformat.write(notebook, tmp_path / "in" / "mallory" / "07_rmsnorm.ipynb")
+    out = tmp_path / "out"
+
+    assert main(["grade", str(tmp_path / "in"), "--out", str(out), "--jobs", "1"]) == 0
+    printed = capfd.readouterr()
+    assert not _unprintable(printed.out + printed.err)
+    written = [*(out / "work" / "runs").rglob("*"), *(out / "logs").rglob("*"), *out.glob("*.csv")]
+    # CSV rows end in CRLF, as RFC 4180 has them; any other CR is someone's text
+    texts = {p: p.read_bytes().decode("utf-8").replace("\r\n", "\n") for p in written if p.is_file()}
+    assert {p.name for p in texts} >= {"07_rmsnorm.log", "kernel.log", "07_rmsnorm.ipynb", "grades.csv"}
+    found = {str(p.relative_to(out)): _unprintable(t) for p, t in texts.items() if _unprintable(t)}
+    assert not found, "\n".join(f"{p}: {len(c)} characters, {sorted(set(c))}" for p, c in found.items())
+    log = (out / "logs" / "mallory" / "07_rmsnorm.log").read_text()
+    assert "\\x1b]52;c;" in log  # the student's text is there, shown
+    assert not any(line.startswith(FORGED) for line in log.splitlines())
+    assert "\\x1b]52;c;" in (out / "work" / "runs" / "mallory" / "07_rmsnorm" / "kernel.log").read_text()

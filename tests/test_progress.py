@@ -1,6 +1,8 @@
 """Question labels, the progress table of a working copy, and the summary at the end of a notebook."""
 
+import json
 import os
+import unicodedata
 
 import nbformat
 import pytest
@@ -9,6 +11,8 @@ from autograder import api, progress
 from autograder.checks import CHECKS
 from autograder.paths import assignments, source_notebook
 from autograder.progress import Question, Seen, course_questions, read_questions
+from autograder.report import UNPRINTABLE
+from autograder.student import main
 
 from .submissions import mistake, mutant, perfect, release
 
@@ -203,3 +207,103 @@ def _reference(name: str):
     from autograder import reference
 
     return reference.reference_object(name, CHECKS[name].target)
+
+
+# ------------------------------------------------------------------ what it does not take on trust
+
+
+def _claiming_success(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Each visible test cell shows a passed verdict, as if it had been run and saved."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and cell.source.startswith("check(") and "hidden" not in cell.source:
+            name = cell.source.split('"')[1]
+            cell.execution_count = 1
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"[{name}] passed (1/1):\n")]
+    return notebook
+
+
+def _row(folder, notebook: str) -> str:
+    table, _, _ = progress.folder_progress(folder)
+    return next(line for line in table.splitlines() if line.startswith(notebook))
+
+
+def test_a_claim_on_an_unchanged_answer_or_outside_its_test_cell_counts_for_nothing(tmp_path):
+    nbformat.write(_claiming_success(release("07_rmsnorm")), tmp_path / "07_rmsnorm.ipynb")
+    answered = perfect("04_rope")
+    claims = "".join(f"[{name}] passed (1/1):\n" for q in course_questions()["04_rope"] for name in q.checks)
+    answered.cells.insert(2, nbformat.v4.new_code_cell("print()", outputs=[_stdout(claims)]))
+    nbformat.write(answered, tmp_path / "04_rope.ipynb")
+    assert _row(tmp_path, "07_rmsnorm").split()[1:3] == ["0/2", "0/2"]
+    assert _row(tmp_path, "04_rope").split()[1:3] == ["0/3", "0/3"]
+    nbformat.write(_claiming_success(perfect("07_rmsnorm")), tmp_path / "07_rmsnorm.ipynb")
+    assert _row(tmp_path, "07_rmsnorm").split()[1:3] == ["2/2", "2/2"]  # what a saved run shows
+
+
+def _stdout(text: str):
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+MALFORMED = {
+    "nbformat as a string": lambda d: d | {"nbformat": "4"},
+    "nbformat_minor as a string": lambda d: d | {"nbformat_minor": "5"},
+    "cells not a list": lambda d: d | {"cells": {str(i): c for i, c in enumerate(d["cells"])}},
+    "an output's text not text": lambda d: _first_output(d, {"text": [1, 2]}),
+    "deeply nested": lambda d: d | {"metadata": {"x": "DEEP"}},
+}
+
+
+def _first_output(data: dict, change: dict) -> dict:
+    cell = next(c for c in data["cells"] if c.get("outputs"))
+    cell["outputs"][0] |= change
+    return data
+
+
+@pytest.mark.parametrize("malformed", MALFORMED, ids=list(MALFORMED))
+def test_a_malformed_notebook_is_unreadable_never_done(tmp_path, malformed):
+    data = json.loads(nbformat.writes(_claiming_success(perfect("07_rmsnorm"))))
+    text = json.dumps(MALFORMED[malformed](data)).replace('"DEEP"', _nested(100_000))
+    (tmp_path / "07_rmsnorm.ipynb").write_text(text)
+    _, notes, found = progress.folder_progress(tmp_path)
+    row = _row(tmp_path, "07_rmsnorm")
+    assert row.split()[1:3] == ["0/2", "0/2"] and row.endswith("could not be read (see below)"), row
+    assert found == 1 and any(note.startswith("07_rmsnorm: could not be read") for note in notes), notes
+
+
+def test_a_notebook_past_the_size_bound_is_not_read(tmp_path, monkeypatch):
+    nbformat.write(_claiming_success(perfect("07_rmsnorm")), tmp_path / "07_rmsnorm.ipynb")
+    monkeypatch.setattr(progress, "MAX_NOTEBOOK_BYTES", 1000)
+    _, notes, _ = progress.folder_progress(tmp_path)
+    assert _row(tmp_path, "07_rmsnorm").endswith("could not be read (see below)")
+    assert any("larger than" in note for note in notes), notes
+
+
+EVIL = "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J\u202e\r"
+
+
+def test_everything_progress_prints_is_escaped(tmp_path, capsys):
+    for folder in (f"a{EVIL}", "b"):  # two copies: a note names both paths
+        (tmp_path / folder).mkdir()
+        nbformat.write(release("07_rmsnorm"), tmp_path / folder / "07_rmsnorm.ipynb")
+    data = json.loads(nbformat.writes(release("04_rope")))
+    (tmp_path / "04_rope.ipynb").write_text(json.dumps(data | {"nbformat": EVIL}))  # quoted by the error
+    assert main(["progress", str(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    assert "\\x1b]52;c;" in printed.out  # the escape codes were there, shown
+    bad = [c for c in printed.out + printed.err if unicodedata.category(c) in UNPRINTABLE and c != "\n"]
+    assert not bad, bad
+
+
+def test_an_answer_cell_as_released_is_told_as_nbgrader_tells_it():
+    from nbgrader.utils import compute_checksum
+
+    for assignment in assignments():
+        for cell in release(assignment).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("solution"):
+                assert progress._as_released(cell) and compute_checksum(cell) == meta["checksum"]
+                cell.source += " "
+                assert not progress._as_released(cell)
