@@ -223,6 +223,13 @@ def read_notebook(raw: bytes) -> tuple[nbformat.NotebookNode, str]:
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
         notes.append("[course] the file is not UTF-8: read as Latin-1")
+    try:
+        return _read_notebook(text, notes)
+    except RecursionError:  # parsing or converting JSON nested past Python's limit: no notebook nests so
+        raise ValueError("its JSON nests too deeply for a notebook") from None
+
+
+def _read_notebook(text: str, notes: list[str]) -> tuple[nbformat.NotebookNode, str]:
     original = nbformat.reader.reads(text)  # parsed, not yet converted
     if original.get("nbformat") != 4:
         notes.append(f"[course] saved as nbformat {original.get('nbformat')}: upgraded to 4")

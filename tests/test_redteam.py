@@ -640,7 +640,19 @@ def _foreign_formats() -> list[Attack]:
         Attack("not-utf8", nbformat.writes(latin).encode().replace("à".encode(), b"\xe0"), FULL, "not UTF-8"),
         Attack("saved-200mb-output", nbformat.writes(saved_output).encode(), FULL),
         Attack("broken-json", b'{"cells": [', None, status="failed", reason="not a readable notebook"),
+        Attack("deep-json", b"[" * 100_000 + b"]" * 100_000, None, status="failed", reason=TOO_DEEP),
+        Attack("deep-metadata", _nested_in_metadata(950), None, status="failed", reason=TOO_DEEP),
     ]
+
+
+TOO_DEEP = "not a readable notebook: its JSON nests too deeply for a notebook"
+
+
+def _nested_in_metadata(depth: int) -> bytes:
+    """An honest notebook with lists nested `depth` deep in its metadata: it parses, within Python's
+    recursion limit, and recursion fails later (nbformat's conversion), once at the grader's."""
+    text = nbformat.writes(_honest())
+    return text.replace('"metadata": {', '"metadata": {"x": ' + "[" * depth + "]" * depth + ", ", 1).encode()
 
 
 class Listener:
