@@ -1,12 +1,14 @@
 """Notebook 08 (the transformer): the pasted cells against notebooks 03-07, the parameter count
 against the reference model, and how the checks grade what students hand in: a buggy or unfinished
-part from an earlier notebook, blocks in a plain list, a RoPE table kept as a buffer, renamed parts,
-models that are random, too confident, blind to their input, frozen, or that peek at the next token.
+part from an earlier notebook, blocks in a plain list, a RoPE table kept as a buffer, no rotations at
+all, renamed parts, models that are random, too confident, blind to their input, frozen, that peek at
+the next token, or that hold the course's lent model.
 
 Key: B batch, T sequence length, D hidden size, H heads, F d_ff, E experts, K experts per token,
 N blocks, C context (max_seq_len), V vocabulary size.
 """
 
+import importlib
 import warnings
 from functools import cache
 
@@ -25,6 +27,7 @@ from autograder.checks.transformer import (
     CAST,
     FEW_TOKENS,
     MANY_TOKENS,
+    MODEL_SHAPES,
     MODEL_WIRING,
     NAMED,
     PREFIX_LENGTH,
@@ -35,6 +38,7 @@ from autograder.checks.transformer import (
     WHOLE,
     WIRING,
     _operations,
+    lent_model_in,
     made_causal,
 )
 from autograder.core import _fresh_copy
@@ -235,6 +239,56 @@ class RoPE(RoPE):
     assert parts(result) == {**dict.fromkeys(MODEL_CONCERNS, True), CAST: False}, result.message
     assert "if the RoPE table is a buffer or a parameter" in part_message(result, CAST)
     assert verdict("08.block", names["TransformerBlock"]).passed
+
+
+ROPE_THAT_TURNS_NOTHING = """
+
+class RoPE(RoPE):
+    def forward(self, queries, keys):
+        return queries, keys
+"""
+ABSOLUTE_POSITIONS = """
+
+class Transformer(Transformer):
+    def forward(self, tokens):  # sinusoids added to the embedding (2017), no parameter of their own
+        T, D = tokens.shape[1], self.embedding.embedding_dim
+        angles = torch.arange(T)[:, None] * 10000.0 ** (-torch.arange(0, D, 2) / D)
+        h = self.embedding(tokens) + torch.cat([angles.sin(), angles.cos()], dim=-1)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)
+"""
+
+
+NO_TABLE_PASSED_ON = {"block": answer("block").replace("window_size, rotation_matrix)", "window_size)")}
+
+
+@pytest.mark.parametrize(
+    ("cells", "failed", "words"),
+    [
+        (NO_TABLE_PASSED_ON, {WHOLE, CAST}, "applies no rotation to queries and keys"),
+        (
+            {"from_04": answer("from_04") + ROPE_THAT_TURNS_NOTHING},
+            {WHOLE, CAST},
+            "applies no rotation to queries and keys",
+        ),
+        (  # the sinusoids fail the stand-in blocks' wiring too
+            {**NO_TABLE_PASSED_ON, "transformer": answer("transformer") + ABSOLUTE_POSITIONS},
+            {MODEL_WIRING, WHOLE, CAST},
+            "depends on absolute positions",
+        ),
+    ],
+    ids=["table not passed on", "a RoPE that turns nothing", "absolute positions instead"],
+)
+def test_a_model_without_rotations_fails_the_cast(cells, failed, words):
+    """The cast part is about keeping RoPE's rotations: a model that applies none has nothing to keep.
+    Without rotations its logits for the tokens in reverse order are its logits reversed (the window
+    is centred); RoPE's make them differ, and depend on relative positions only."""
+    names = notebook_names(**cells)
+    for seed in (None, HIDDEN_SEED):
+        result = verdict("08.transformer", names["Transformer"], seed)
+        assert parts(result) == {concern: concern not in failed for concern in MODEL_CONCERNS}, result.message
+        assert words in part_message(result, CAST), result.message
 
 
 # ---------------------------------------------------------------- the block and the model
@@ -575,3 +629,185 @@ def test_the_notebooks_own_cells_load_the_checkpoint_into_parts_of_any_name(bloc
     tokens = lm.encode("\nthe cats see the river")[None]
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(tokens), lm.course_model()(tokens), rtol=1e-4, atol=1e-4)
+
+
+# -------------------------------------------------------------------- the course's lent model
+
+CONFIG_NAMES = (
+    "vocabulary_size",
+    "hidden_size",
+    "num_heads",
+    "window_size",
+    "d_ff",
+    "num_experts",
+    "n_experts_per_token",
+    "n_blocks",
+    "max_seq_len",
+)
+
+
+class _LentBlockParts(nn.Module):
+    """A lent block's parts in a module of the answer's own: the checks find them, make the attention
+    causal and train them, while the lent model, holding the same parts, computes the logits."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.norm1, self.attention = block.norm1, block.attention
+        self.norm2, self.moe = block.norm2, block.moe
+
+
+class _HoldsTheLentModel(nn.Module):
+    """Notebook 10's lent CourseModel held, not derived from: its parts shown as the model's blocks, the
+    lent model itself kept where nn.Module does not look."""
+
+    def hide(self, inner: nn.Module) -> None:
+        self.embedding, self.out = inner.embedding, inner.out
+        self.blocks = nn.ModuleList(_LentBlockParts(block) for block in inner.blocks)
+        self.hidden = [inner]
+
+    def forward(self, tokens):
+        return self.hidden[0](tokens)
+
+
+class LentInAList(_HoldsTheLentModel):
+    """The attack that scored 4.375 of 12 points with nothing of notebooks 03-08 written."""
+
+    def __init__(self, *config):
+        super().__init__()
+        self.hide(lm.CourseModel(dict(zip(CONFIG_NAMES, config, strict=True))))
+
+
+def _lent_class_by_a_computed_name():
+    """The lent model's class with no name of it, nor of its module, in any code."""
+    module = importlib.import_module(".".join(("autograder", "language" + "_model")))
+    return getattr(module, "Course" + "Model")
+
+
+class _LentByAComputedName(_HoldsTheLentModel):
+    def __init__(self, *config):
+        super().__init__()
+        self.hide(_lent_class_by_a_computed_name()(dict(zip(CONFIG_NAMES, config, strict=True))))
+
+
+class LentInADict(_LentByAComputedName):
+    def hide(self, inner: nn.Module) -> None:
+        super().hide(inner)
+        self.hidden = {"model": inner}
+
+    def forward(self, tokens):
+        return self.hidden["model"](tokens)
+
+
+class LentInAClosure(_LentByAComputedName):
+    def hide(self, inner: nn.Module) -> None:
+        super().hide(inner)
+        del self.hidden
+        self.run = lambda tokens: inner.forward(tokens)
+
+    def forward(self, tokens):
+        return self.run(tokens)
+
+
+LENT_MODELS = [LentInAList, LentInADict, LentInAClosure]
+
+
+@pytest.mark.parametrize("model", LENT_MODELS, ids=lambda model: model.__name__)
+def test_a_model_holding_the_lent_course_model_earns_nothing(model):
+    """Composition, not derivation (which core refuses): the lent model named in the answer's code, or
+    held in a dict or a closure after being built from a name put together at run time, is refused by
+    every check of the model, 08.training included, whose logits the grader recomputes from weights
+    the lent model trained."""
+    for check in ("08.transformer", "08.smoke_test", "08.training"):
+        for seed in (None, HIDDEN_SEED):
+            result = verdict(check, model, seed)
+            assert result.points == 0, (check, seed, result.message)
+            assert "built on the course's lent model" in result.message, result.message
+            assert "autograder.language_model.Course" in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    ("model", "where"),
+    [(LentInADict, "(model.hidden['model'])"), (LentInAClosure, "(model.run: ")],
+    ids=["dict", "closure"],
+)
+def test_the_lent_model_is_found_where_the_built_model_holds_it(model, where):
+    """What the answer's code does not name is found in what it built, where nn.Module does not look."""
+    assert lent_model_in(model, "Transformer") is None  # its code names nothing of the lent model
+    built = model(*MODEL_SHAPES[0][:9])
+    built.blocks = nn.ModuleList()  # the lent parts it registers gone: the hidden model is left
+    found = lent_model_in(built, "model")
+    assert found is not None and found.startswith("an instance of autograder.language_model.CourseModel")
+    assert where in found, found
+
+
+class BlockOfLentParts(nn.Module):
+    """The block's forward written, its parts the lent model's."""
+
+    def __init__(
+        self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+    ):
+        super().__init__()
+        config = {
+            "hidden_size": hidden_size,
+            "num_heads": num_heads,
+            "window_size": window_size,
+            "d_ff": d_ff,
+            "num_experts": num_experts,
+            "n_experts_per_token": n_experts_per_token,
+            "max_seq_len": rotation_matrix.shape[0],
+        }
+        self.norm1, self.norm2 = nn.RMSNorm(hidden_size, eps=1e-6), nn.RMSNorm(hidden_size, eps=1e-6)
+        self.attention, self.moe = lm.CourseAttention(config), lm.CourseMoe(config)
+
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))
+        return h + self.moe(self.norm2(h))
+
+
+def count_on_the_lent_model(*config):
+    """The counts read off the lent model, built on the meta device, its name put together at run time."""
+    with torch.device("meta"):
+        model = _lent_class_by_a_computed_name()(dict(zip(CONFIG_NAMES, config, strict=True)))
+    total = sum(p.numel() for p in model.parameters())
+    expert = sum(p.numel() for p in model.blocks[0].moe.experts[0].parameters())
+    num_experts, n_experts_per_token, n_blocks = config[5:8]
+    return total, total - n_blocks * (num_experts - n_experts_per_token) * expert
+
+
+@pytest.mark.parametrize(
+    ("check", "answer", "found"),
+    [
+        ("08.block", BlockOfLentParts, "CourseAttention"),
+        ("08.parameter_count", count_on_the_lent_model, "CourseModel"),
+    ],
+)
+def test_parts_or_counts_of_the_lent_model_earn_nothing(check, answer, found):
+    for seed in (None, HIDDEN_SEED):
+        result = verdict(check, answer, seed)
+        assert result.points == 0, (seed, result.message)
+        assert "built on the course's lent model" in result.message, result.message
+        assert f"autograder.language_model.{found}" in result.message, result.message
+
+
+LOOKING_AT_THE_LENT_MODEL = """
+
+from autograder.language_model import course_model
+
+out = course_model()  # a cell of the student's own, looking at the lent model
+blocks = out.blocks
+"""
+
+
+def test_a_look_at_the_lent_model_beside_ones_own_costs_nothing():
+    """Globals are followed where the answer's code reads them as globals, not where an attribute shares
+    their name (self.out, self.blocks); the lent model's code counts while the check runs, not before."""
+    names = notebook_names(transformer=answer("transformer") + LOOKING_AT_THE_LENT_MODEL)
+    assert isinstance(names["out"], lm.CourseModel)
+    for check, seeds in (
+        ("08.transformer", (None, HIDDEN_SEED)),
+        ("08.smoke_test", (None,)),
+        ("08.training", (None,)),
+    ):
+        for seed in seeds:
+            result = verdict(check, names["Transformer"], seed)
+            assert result.passed and result.points == result.max_points, (check, seed, result.message)
