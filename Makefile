@@ -14,7 +14,7 @@ setup: $(STAMP)
 # bubblewrap (the grading sandbox) and Chromium (for the browser test) come from Debian's
 # packages when run as root; elsewhere install them yourself (README, "Instructors"). Without
 # bubblewrap the grader refuses to grade and the sandbox tests are skipped, saying why.
-SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
+SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium openssl:openssl
 $(STAMP): pyproject.toml requirements.lock
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
 		command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; done; \

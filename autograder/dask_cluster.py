@@ -1,17 +1,23 @@
 """The Dask implementation of dispatch.Dispatcher: `course grade ... --dask ADDRESS`.
 
-ADDRESS is a Dask scheduler's (`tcp://host:8786`), whose workers may run on other machines, or
+ADDRESS is a Dask scheduler's (`tls://host:8786`), whose workers may run on other machines, or
 `local[:N]` for a LocalCluster of N worker processes on this machine (default: one per CPU). Each
 worker grades one notebook at a time with autograde.Worker: it needs the course installed (the same
 version: a worker with other solutions stops the batch) and bubblewrap, nothing else. A notebook
 travels to it as bytes with its task, what grading it gave comes back as data, and only the batch's
 process writes the output folder (README, "Grading on a Dask cluster").
+
+A local cluster speaks mutual TLS only, with a certificate made for the run, and serves no HTTP: no
+process without the run's key can reach it (docs/grading-at-scale.md, "Who can reach a local
+cluster"). A remote cluster is as safe as its own configuration ("Securing a cluster", there).
 """
 
 import functools
 import os
 import re
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -21,7 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import dask
-from distributed import Client, LocalCluster, WorkerPlugin, get_worker, wait
+import distributed
+from distributed import Client, Nanny, Scheduler, Security, SpecCluster, WorkerPlugin, get_worker, wait
+from distributed.comm import parse_address
 from distributed.scheduler import KilledWorker
 
 from . import cgroup
@@ -85,24 +93,83 @@ def grade_on_worker(task: NotebookTask) -> Graded:
 _sandbox_problem = functools.cache(unavailable_reason)  # asked once per worker process
 
 
+def run_security(folder: Path) -> Security:
+    """Mutual TLS for one local run: a self-signed certificate and its key, made for the run in
+    `folder` (mkdtemp's: only this user may open it). The run's scheduler, nannies, workers and
+    client each present that certificate and trust nothing else, so a process without the key
+    (another user's, another run's) cannot connect, and plain TCP is refused."""
+    cert, key, config = folder / "run.pem", folder / "run.key", folder / "openssl.cnf"
+    config.write_text("[req]\ndistinguished_name = name\n[name]\n")  # the system's may be missing
+    key.touch(mode=0o600)  # openssl keeps the mode of the file it overwrites
+    # 30 days: a large class can take days to grade, and the key is never used after its run
+    make = "openssl req -x509 -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -days 30"
+    command = [*make.split(), "-subj", "/CN=course-grader-run", "-config", str(config)]
+    command += ["-keyout", str(key), "-out", str(cert)]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit("--dask local needs openssl (Debian/Ubuntu: `apt-get install openssl`)") from None
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(
+            f"--dask local: openssl could not make the run's certificate: {error.stderr}"
+        ) from None
+    roles = {f"tls_{role}_cert": str(cert) for role in ("client", "scheduler", "worker")}
+    roles |= {f"tls_{role}_key": str(key) for role in ("client", "scheduler", "worker")}
+    return Security(require_encryption=True, tls_ca_file=str(cert), **roles)
+
+
+class _NoHttp:
+    """Every Dask scheduler and worker starts an HTTP server (info pages, Prometheus metrics,
+    worker logs) on a port of its own, even without a dashboard and without routes; these start none."""
+
+    def start_http_server(self, *args, **kwargs) -> None:
+        """Nothing to start: the run is watched through its client only."""
+
+
+class SchedulerWithoutHttp(_NoHttp, Scheduler):
+    pass
+
+
+class WorkerWithoutHttp(_NoHttp, distributed.Worker):
+    pass
+
+
+def local_cluster(workers: int, limits: Limits, security: Security) -> SpecCluster:
+    """The cluster of `--dask local:N`: `workers` worker processes (each with its nanny) and a
+    scheduler on 127.0.0.1, reached through TLS only, with no HTTP server."""
+    common = {"host": "127.0.0.1", "protocol": "tls://", "security": security}
+    scheduler = {"cls": SchedulerWithoutHttp, "options": {**common, "port": 0, "dashboard": False}}
+    worker = {
+        "cls": Nanny,
+        "options": {
+            **common,
+            "worker_class": WorkerWithoutHttp,
+            "silence_logs": 40,
+            "nthreads": 1,  # a worker grades one notebook at a time (kernels.py)
+            "memory_limit": worker_bytes(limits),  # the local pool's cap on a worker
+        },
+    }
+    # A notebook that kills its worker is tried once more, on another (as the local pool does).
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        return SpecCluster(
+            scheduler=scheduler,
+            workers=dict.fromkeys(range(workers), worker),
+            security=security,
+            silence_logs=40,
+        )
+
+
 class DaskCluster:
     """The workers of a Dask cluster (see the module's docstring for `address`)."""
 
     def __init__(self, address: str, limits: Limits, template: Path, batch: Batch):
-        self.limits, self.cluster = limits, None
+        self.limits, self.cluster, self.tls = limits, None, None
         local = LOCAL.fullmatch(address)
         if local:
             workers = int(local.group(1) or os.cpu_count() or 1)
-            # A notebook that kills its worker is tried once more, on another (as the local pool does).
-            with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-                self.cluster = LocalCluster(
-                    n_workers=workers,
-                    threads_per_worker=1,  # a worker grades one notebook at a time (kernels.py)
-                    processes=True,
-                    dashboard_address=None,
-                    memory_limit=worker_bytes(limits),  # the local pool's cap on a worker
-                    silence_logs=40,
-                )
+            # In the batch's folder: removed at the end, and by the next run into OUT after a crash.
+            self.tls = Path(tempfile.mkdtemp(prefix="tls-", dir=batch.scratch))
+            self.cluster = local_cluster(workers, limits, run_security(self.tls))
             self.client = Client(self.cluster)
             threads, shared = max(1, (os.cpu_count() or 1) // workers), batch
         else:
@@ -110,24 +177,33 @@ class DaskCluster:
                 self.client = Client(address, timeout=30)
             except (OSError, ValueError, TimeoutError) as error:
                 raise SystemExit(f"cannot reach the Dask scheduler at {address}: {error}") from None
+            if parse_address(self.client.scheduler.address)[0] not in ("tls", "wss"):
+                print(
+                    f"warning: {address} is not authenticated: whoever reaches the scheduler or a worker can "
+                    "run code on the workers and read the notebooks; use TLS (docs/grading-at-scale.md)",
+                    file=sys.stderr,
+                )
             threads, shared = 1, None  # one math thread per kernel: run a worker per core (README)
         try:
             self.client.register_plugin(
                 CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name
             )
         except Exception as error:  # a worker could not take the course: nothing graded yet
-            self.client.close()
-            if self.cluster is not None:
-                self.cluster.close()
+            self._let_go()
             raise SystemExit(f"the Dask workers could not be set up for grading: {error}") from None
 
     def close(self) -> None:
         try:
             self.client.unregister_worker_plugin(CourseWorker.name)  # each worker's teardown
         finally:
-            self.client.close()
-            if self.cluster is not None:
-                self.cluster.close()
+            self._let_go()
+
+    def _let_go(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        if self.tls is not None:
+            remove_tree(self.tls)
 
     def graded(self, tasks: list[NotebookTask]) -> Iterator[tuple[NotebookTask, Graded]]:
         """A few tasks in flight per worker (each carries its notebook's bytes), taken back as each

@@ -1,22 +1,35 @@
 """`course grade --dask`: the same class graded through a LocalCluster of two Dask workers and
 through the local process pool gives the same grades, row for row and cell for cell; and the
-workers of a scheduler started by hand, as on other machines, grade too."""
+workers of a scheduler started by hand, as on other machines, grade too. A local cluster admits
+no process without its run's key, and none of its ports answers HTTP."""
 
+import asyncio
 import csv
 import os
+import shutil
 import signal
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import dask
 import nbformat
+import psutil
 import pytest
 from distributed import Client
+from distributed.comm import connect
 
+from autograder import dask_cluster
+from autograder.autograde import Limits
 from autograder.cli import main
+from autograder.dispatch import Batch
 
 from .machine import needs_sandbox
 from .submissions import mistake, mutant, perfect, release
@@ -73,10 +86,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _running(*command: str):
+def _running(*command: str, env: dict[str, str] | None = None):
     """A Dask process of this test's, stopped (with its children) at the end."""
     process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
     )
     try:
         yield process
@@ -93,27 +106,149 @@ def _wait_for_workers(address: str, count: int) -> None:
         client.wait_for_workers(count, timeout=60)
 
 
+@contextmanager
+def _environment(**variables: str):
+    """Dask's settings as `course grade` reads them from its environment when it starts."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    dask.config.refresh()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        dask.config.refresh()
+
+
 @needs_sandbox
 def test_the_workers_of_a_scheduler_grade_and_one_of_several_threads_is_refused(tmp_path):
-    """As an instructor runs it on other machines: `dask scheduler`, `dask worker`, then
-    `course grade --dask tcp://...`; the workers make and remove their own scratch folders."""
+    """As an instructor runs it on other machines, with TLS as docs/grading-at-scale.md says: a
+    certificate made with openssl, `dask scheduler` and `dask worker` given it, then `course grade
+    --dask tls://...` given it through Dask's environment variables; the workers make and remove
+    their own scratch folders."""
     for student, notebook in (("perfect", perfect("07_rmsnorm")), ("untouched", release("07_rmsnorm"))):
         (tmp_path / "in" / student).mkdir(parents=True)
         nbformat.write(notebook, tmp_path / "in" / student / "07_rmsnorm.ipynb")
-    dask = str(Path(sys.executable).parent / "dask")
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    cert, key = tmp_path / "dask.pem", tmp_path / "dask.key"
+    make = "openssl req -x509 -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -days 365".split()
+    subprocess.run([*make, "-subj", "/CN=course-dask", "-keyout", key, "-out", cert], check=True)
+    tls = ["--tls-ca-file", str(cert), "--tls-cert", str(cert), "--tls-key", str(key), "--no-dashboard"]
+    cli = str(Path(sys.executable).parent / "dask")
+    address = f"tls://127.0.0.1:{_free_port()}"
     grade = ["grade", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--dask", address]
-    scratch_before = set(Path(tempfile.gettempdir()).glob("course-*"))
-    with _running(
-        dask, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"
+    # The workers' own temporary folder, not /tmp (where other processes make folders too); short,
+    # for the Unix sockets of the kernels' sandboxes made in it.
+    scratch = Path(tempfile.mkdtemp(prefix="workers-"))
+    workers = {**os.environ, "TMPDIR": str(scratch)}
+    with (
+        _environment(
+            DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION="True",
+            DASK_DISTRIBUTED__COMM__TLS__CA_FILE=str(cert),
+            DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=str(cert),
+            DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=str(key),
+        ),
+        _running(cli, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], *tls),
     ):
-        with _running(dask, "worker", address, "--nthreads", "2", "--no-dashboard"):
+        with _running(cli, "worker", address, "--nthreads", "2", *tls, env=workers):
             _wait_for_workers(address, 1)
             with pytest.raises(SystemExit, match="--nthreads 1"):
                 main(grade)
-        with _running(dask, "worker", address, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"):
+        with _running(cli, "worker", address, "--nworkers", "2", "--nthreads", "1", *tls, env=workers):
             _wait_for_workers(address, 2)
             assert main(grade) == 0
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "grades.csv").open())}
     assert (rows["perfect"]["score"], rows["untouched"]["score"]) == ("6", "0")
-    assert set(Path(tempfile.gettempdir()).glob("course-*")) <= scratch_before
+    assert list(scratch.glob("course-*")) == []
+    shutil.rmtree(scratch)  # what Dask left there
+
+
+def _listening() -> set[int]:
+    """The TCP ports this process and its children listen on."""
+    me = psutil.Process()
+    ports = set()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            connections = process.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        ports |= {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
+@contextmanager
+def _local_cluster(tmp_path: Path):
+    """The local cluster of a `--dask local:2` run (a template of one file: no notebook is graded),
+    and the ports it opened."""
+    (tmp_path / "template").mkdir()
+    (tmp_path / "template" / "gradebook.db").write_bytes(b"")
+    (tmp_path / "scratch").mkdir(mode=0o700)
+    before = _listening()
+    cluster = dask_cluster.DaskCluster(
+        "local:2", Limits(), tmp_path / "template", Batch(str(tmp_path / "scratch"))
+    )
+    try:
+        yield cluster, _listening() - before
+    finally:
+        cluster.close()
+
+
+def _admitted(address: str, **connection_args) -> bool:
+    """Whether a Dask process at `address` takes a connection (and so the code it may carry)."""
+
+    async def attempt():
+        try:
+            comm = await connect(address, timeout=3, **connection_args)
+        except OSError:
+            return False
+        await comm.close()
+        return True
+
+    return asyncio.run(attempt())
+
+
+def test_a_local_cluster_admits_no_process_without_its_runs_key(tmp_path):
+    """A local user who reaches the run's ports, with no certificate or another run's, can neither
+    open a Client nor connect to the scheduler, a nanny or a worker; its key is the run's user's
+    alone, and goes with the run."""
+    stranger = tmp_path / "stranger"
+    stranger.mkdir(mode=0o700)
+    strangers = dask_cluster.run_security(stranger).get_connection_args("client")
+    with _local_cluster(tmp_path) as (cluster, ports):
+        scheduler = urlsplit(cluster.client.scheduler.address).port
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            Client(f"tcp://127.0.0.1:{scheduler}", timeout=3).run(os.getpid)
+        assert time.monotonic() - started < 10
+        assert scheduler in ports and len(ports) == 5  # and two nannies, two workers
+        for port in ports:
+            assert not _admitted(f"tcp://127.0.0.1:{port}")
+            assert not _admitted(f"tls://127.0.0.1:{port}", **strangers)
+        assert cluster.client.run(os.getpid)  # the run's own client is admitted
+        (folder,) = (tmp_path / "scratch").glob("tls-*")
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert {stat.S_IMODE(f.stat().st_mode) for f in folder.iterdir() if f.suffix == ".key"} == {0o600}
+    assert not folder.exists()
+
+
+def _answers_http(port: int) -> bool:
+    """Whether the port answers a GET, in plain text or over TLS without a certificate."""
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+    for tls in (False, True):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=3) as raw:
+                sock = unverified.wrap_socket(raw) if tls else raw
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                if sock.recv(5) == b"HTTP/":
+                    return True
+        except OSError:  # refused, reset, timed out, or a TLS handshake the port would not finish
+            pass
+    return False
+
+
+def test_no_port_of_a_local_cluster_answers_http(tmp_path):
+    """No dashboard, no info pages, no Prometheus metrics: nothing of the run speaks HTTP."""
+    with _local_cluster(tmp_path) as (cluster, ports):
+        assert ports
+        assert [port for port in ports if _answers_http(port)] == []
+        assert "dashboard" not in cluster.client.scheduler_info()["services"]
