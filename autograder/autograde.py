@@ -32,7 +32,7 @@ from .clean import notebook_metadata
 from .feedback import exporter_config
 from .merged_course import automatic_grades, quiet_gradebook
 from .paths import SOLUTIONS
-from .report import Result, failed, shown, shown_json, shown_lines
+from .report import Result, failed, shown, shown_json, shown_lines, shown_text
 
 
 @dataclass(frozen=True)
@@ -341,9 +341,9 @@ class Worker:
 def escaped(graded: Graded) -> Graded:
     """What grading gave, each text in it that a kernel or a submission could have written escaped as
     `report.shown` does (line breaks kept): the log (errors, verdicts, tracebacks quote the student),
-    the kernel's own output, the reason, and the stored notebooks (as JSON escapes: the same
-    notebooks). Nothing the batch writes or prints from it can then move a terminal's cursor, retitle
-    its window, write its clipboard or reorder a line."""
+    the kernel's own output, the reason, the stored notebooks (as JSON escapes: the same
+    notebooks) and the feedback page. Nothing the batch writes or prints from it can then move a
+    terminal's cursor, retitle its window, write its clipboard or reorder a line."""
     kernel_log = graded.kernel_log.decode("utf-8", "surrogateescape")  # its bytes that are not text: \xNN
     return replace(
         graded,
@@ -352,6 +352,7 @@ def escaped(graded: Graded) -> Graded:
         kernel_log=shown_lines(kernel_log).encode(),
         submitted=shown_json(graded.submitted.decode()).encode(),
         autograded=shown_json(graded.autograded.decode()).encode(),
+        feedback=shown_text(graded.feedback.decode()).encode(),  # made of the cleaned notebook: a backstop
     )
 
 

@@ -26,6 +26,7 @@ from nbformat import from_dict
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 
 from .cells import nbgrader_meta
+from .report import shown_text
 
 OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
@@ -159,11 +160,16 @@ def _size(meta) -> dict:
 
 
 def _text(value) -> str:
-    if isinstance(value, str):
-        return value
+    """An output's text, inert: IPython's colours dropped, every other control character escaped
+    (a terminal showing the page would act on it, a browser reorder its line)."""
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "".join(value)
-    return "" if value is None else repr(value)[:MAX_ERROR_CHARS]
+        value = "".join(value)
+    elif not isinstance(value, str):
+        value = "" if value is None else repr(value)[:MAX_ERROR_CHARS]
+    return shown_text(COLOURS.sub("", value))
+
+
+COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # the SGR codes IPython colours a traceback with
 
 
 def _lines(value) -> list:

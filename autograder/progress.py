@@ -39,6 +39,7 @@ LABEL = re.compile(
 # The head of a verdict as a check prints it ("[07.rmsnorm] passed (1/1):") and as a failed
 # check's error shows it ("CheckFailed: [07.rmsnorm] FAILED (0.75/1):").
 VERDICT = re.compile(r"\[(\d\d\.\w+)\] (passed|FAILED) \(([\d.]+)/([\d.]+)\)")
+VERDICT_LINE = re.compile(r"^" + VERDICT.pattern, re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -316,15 +317,20 @@ def seen_in(notebook) -> dict[str, Seen]:
         names = {n for n, hidden in calls if not hidden and n in CHECKS}
         names -= {n for n in names if CHECKS[n].answer_cell in released}
         for output in cell.get("outputs", []):
+            # Only a verdict's head as `check` writes it: a line of its own when printed, the start of
+            # CheckFailed's message when raised; what follows may quote the student's own text.
             if output.output_type == "stream" and output.name == "stdout":
-                text = output.text
+                text, heads = output.text, VERDICT_LINE.finditer(output.text)
             elif output.output_type == "error" and output.ename == "CheckFailed":
-                text = "\n".join(output.traceback)
+                text, heads = output.evalue, [VERDICT.match(output.evalue)]
             else:
                 continue
-            for name, mark, points, max_points in VERDICT.findall(text):
-                if name in names:
-                    seen[name] = Seen(mark == "passed", float(points), float(max_points), STUB in text)
+            found = {}
+            for head in heads:
+                if head and head[1] in names:
+                    found.setdefault(head[1], head)
+            for name, head in found.items():
+                seen[name] = Seen(head[2] == "passed", float(head[3]), float(head[4]), STUB in text)
     return seen
 
 

@@ -133,6 +133,12 @@ def shown_lines(text: str) -> str:
     return "\n".join(shown(line) for line in text.split("\n"))
 
 
+def shown_text(text: str) -> str:
+    """`text` as `shown` writes it, its line breaks and tabs kept: a notebook's output or a page,
+    shown as text (a tab is layout there, as in JSON)."""
+    return "\n".join("\t".join(shown(part) for part in line.split("\t")) for line in text.split("\n"))
+
+
 def shown_json(text: str) -> str:
     """JSON text with each unprintable character in its strings written as JSON's own escape
     (`\\u009b`): the same value once parsed, and nothing a terminal acts on or hides when the file is
