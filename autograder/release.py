@@ -42,6 +42,7 @@ STUDENT_MODULES = [
     "exchange.py",
     "kernel_launcher.py",
     "language_model.py",
+    "lent_model.py",
     "paths.py",
     "playground.py",
     "progress.py",

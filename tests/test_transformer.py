@@ -38,11 +38,11 @@ from autograder.checks.transformer import (
     WHOLE,
     WIRING,
     _operations,
-    lent_model_in,
     made_causal,
 )
 from autograder.core import _fresh_copy
 from autograder.exchange import write_cases
+from autograder.lent_model import lent_model_in
 from autograder.paths import source_notebook
 
 from .homework_08 import BLOCKS, TRANSFORMER
