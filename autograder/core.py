@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import io
 import math
 import re
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 Tensor = torch.Tensor
 Outputs = dict[str, Tensor]
@@ -231,6 +234,9 @@ class Check:
     # Library functions that are the answer itself, with the name a message gives each
     # (`library_calls`). A case whose run calls one fails, even if the code catches what follows.
     forbidden: Sequence[tuple[Callable, str]] = ()
+    # The same functions called on small inputs (`LibraryUse`): the ATen operations they reach, less
+    # those of ordinary arithmetic, fail a case however its code reaches them (`forbidden_operations`).
+    forbidden_uses: Sequence[LibraryUse] = ()
     # The parts of the question graded apart, each for its share of the points (`Concern`);
     # empty: one concern, all the points or none. A case names its own (`Case.concern`).
     concerns: Sequence[Concern] = ()
@@ -282,7 +288,8 @@ def library_calls(*names: str) -> tuple[tuple[Callable, str], ...]:
 
     A `CallWatch` sees only the function a student's line calls, not the ones it calls in turn,
     so a question lists every public spelling of its answer (torch.X, torch.nn.functional.X,
-    torch.Tensor.X); an nn.Module is seen through the function its forward calls.
+    torch.Tensor.X) for messages to name; an nn.Module is seen through the function its forward
+    calls. The operations they compute with, reached by any other route, are `LibraryUse`'s.
     """
     calls = {}
     for name in names:
@@ -299,6 +306,156 @@ def _resolve(name: str) -> Callable:
     return functools.reduce(getattr, attributes, importlib.import_module(root))
 
 
+@dataclass(frozen=True)
+class LibraryUse:
+    """A library function that answers a question, called by trusted code on small inputs: what it
+    computes with is the ATen operations the call reaches, with `derivative` its backward's too, and
+    reaching one of those by any route (a Python spelling, torch.ops.aten, TorchScript) is calling
+    the function (`forbidden_operations`).
+
+    `inputs` makes the positional arguments afresh, from no random numbers (tracing runs in the
+    student's kernel, and must leave its random state as it found it)."""
+
+    name: str  # as Python code spells it and a message names it: "torch.nn.functional.gelu"
+    inputs: Callable[[], tuple]
+    keywords: tuple[tuple[str, Any], ...] = ()
+    derivative: bool = False  # the question asks for the derivative too: trace the backward
+
+
+class DispatchMode(TorchDispatchMode):
+    """A torch dispatch mode whose handler runs as written. TorchDispatchMode wraps a subclass's
+    handler to keep torch.compile out of it, and the wrapper imports the compiler at the first
+    operation: seconds of every kernel that uses a mode. Nothing here is compiled, and compiled code is
+    run as Python while a check runs (`_compiled_as_python`)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    @staticmethod
+    def run(func, args: tuple, kwargs: dict) -> Any:
+        """The operation, run on. From Python, with no torch function mode to see it as a call: one sees
+        the operations that code compiled by TorchScript runs when a dispatch mode runs them on
+        (`SeenFromPython`), and would count them, or take them for calls made from Python."""
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
+
+
+class _Reached(DispatchMode):
+    """The ATen operations run while active, each as its packet (torch.ops.aten.gelu, any overload)."""
+
+    def __init__(self):
+        super().__init__()
+        self.operations: set[torch._ops.OpOverloadPacket] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.operations.add(func.overloadpacket)
+        return self.run(func, args, kwargs or {})
+
+
+def _reached(function: Callable, *args, **kwargs) -> tuple[set, Any]:
+    """The ATen operations a call reaches, and what it returns."""
+    with _Reached() as reached:
+        result = function(*args, **kwargs)
+    return reached.operations, result
+
+
+def _operations_of(use: LibraryUse) -> tuple[set, set]:
+    """The operations a use reaches forwards, and those its backward reaches besides."""
+    function, args, keywords = _resolve(use.name), use.inputs(), dict(use.keywords)
+    if not use.derivative:
+        with torch.no_grad():
+            return _reached(function, *args, **keywords)[0], set()
+    args = tuple(a.detach().requires_grad_() if _differentiable(a) else a for a in args)
+    with torch.enable_grad():
+        forwards, output = _reached(function, *args, **keywords)
+        total = output.sum()  # a scalar: autograd.grad given a gradient imports sympy (most of a second)
+    backwards, _ = _reached(torch.autograd.grad, total, [a for a in args if _differentiable(a)])
+    return forwards, backwards - forwards
+
+
+def _differentiable(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.is_floating_point()
+
+
+def _ordinary_arithmetic() -> tuple:
+    """Tensor arithmetic that answers no question: what answers are written in, and what a library
+    function may reach besides operations of its own (softmin's neg, the where that turns a boolean
+    mask into scores, a cast). Traced once (`ordinary_operations`)."""
+    x = torch.linspace(-2.0, 2.0, 12).reshape(3, 4)
+    y, mask, index = x.flip(0), x > 0, torch.arange(3)
+    elementwise = (
+        x + y, x - y, x * y, x / y, -x, x**2, x.pow(y), 2.0 * x, 1 - x, x.abs(), x.sign(), x.sqrt(),
+        x.rsqrt(), x.reciprocal(), x.exp(), x.log(), x.log1p(), x.expm1(), x.erf(), x.tanh(),
+        x.sin(), x.cos(), x.clamp(min=0.0), x.clamp(-1.0, 1.0), torch.maximum(x, y),
+        torch.minimum(x, y), torch.where(mask, x, y), torch.where(mask, x, 0.0),
+        torch.where(mask, 0.0, float("-inf")), x.masked_fill(mask, float("-inf")), x.lerp(y, 0.5),
+        x == y, x != y, x < y, x <= y, x > 0.5, x >= y, mask & ~mask, mask | mask, mask ^ mask,
+        x.isfinite(), x.isnan(), x.floor(), x.round(),
+    )  # fmt: skip
+    reductions = (
+        x.sum(), x.sum(-1), x.mean(-1, keepdim=True), x.amax(-1), x.amin(-1), x.max(), x.max(-1),
+        x.min(-1), x.argmax(-1), x.prod(-1), x.cumsum(-1), x.var(-1), x.std(-1), x.norm(dim=-1),
+        torch.linalg.vector_norm(x, dim=-1), mask.any(), mask.all(), x.count_nonzero(),
+    )  # fmt: skip
+    products = (
+        x @ y.T, x @ y[0], torch.bmm(x[None], y.T[None]), torch.matmul(x[None, None], y.T),
+        torch.einsum("ij,kj->ik", x, y), torch.nn.functional.linear(x, y, y[:, 0]), torch.outer(x[0], y[0]),
+    )  # fmt: skip
+    shapes = (
+        x.view(4, 3), x.reshape(12), x.T, x.t(), x.transpose(0, 1), x.permute(1, 0), x[None].expand(2, 3, 4),
+        x.unsqueeze(0).squeeze(0), x.flatten(), torch.cat([x, y]), torch.stack([x, y]), x.split(2, -1),
+        x.chunk(2), x.unbind(), x[1:, :2], x[0], x[index], x[mask], x[:, None], x.narrow(1, 0, 2),
+        x.index_select(0, index), x.gather(1, index[:, None]), x.unfold(-1, 2, 1),
+        torch.nn.functional.pad(x, (1, 1)), x.tril(), x.triu(1), x.roll(1, -1), x.repeat(2, 1),
+        x.repeat_interleave(2, 0), x.clone(), x.contiguous(), x.detach(), x.to(torch.float64),
+        x.float(), x.long(), x.bool(), x.type_as(y), x.as_strided((2, 2), (4, 1)),
+        torch.broadcast_tensors(x, y),
+    )  # fmt: skip
+    made = (
+        torch.zeros(2), torch.ones(2), torch.full((2,), 1.0), torch.empty(2), torch.arange(4),
+        torch.linspace(0.0, 1.0, 3), torch.tensor([1.0]), torch.zeros_like(x), torch.ones_like(x),
+        torch.full_like(x, 2.0), torch.empty_like(x), torch.eye(3), torch.scalar_tensor(1.0),
+        x.new_zeros(2), x.new_full((2,), 1.0),
+    )  # fmt: skip
+    z = x.clone()
+    for in_place in (z.add_, z.sub_, z.mul_, z.div_):
+        in_place(1.0)
+    z.copy_(y)
+    z.clamp_(min=-1.0)
+    z.masked_fill_(mask, 0.0)
+    z.exp_()
+    z[mask] = 0.0
+    z[0] = y[0]
+    z[:, 1:] += 1.0
+    z.zero_()
+    return elementwise, reductions, products, shapes, made, z
+
+
+@functools.cache
+def ordinary_operations() -> frozenset:
+    return frozenset(_reached(_ordinary_arithmetic)[0])
+
+
+def forbidden_operations(uses: Sequence[LibraryUse]) -> dict[torch._ops.OpOverloadPacket, str]:
+    """The ATen operations that the library functions of `uses` compute with, each with what a message
+    calls it ("torch.nn.functional.gelu", "the derivative of torch.nn.functional.gelu"): every
+    operation a use reaches, less those ordinary arithmetic reaches. Traced once per process."""
+    return _forbidden_operations(tuple(uses))
+
+
+@functools.cache
+def _forbidden_operations(uses: tuple[LibraryUse, ...]) -> dict[torch._ops.OpOverloadPacket, str]:
+    ordinary, forbidden = ordinary_operations(), {}
+    for use in uses:
+        forwards, backwards = _operations_of(use)
+        for operation in sorted(forwards - ordinary, key=str):
+            forbidden.setdefault(operation, use.name)
+        for operation in sorted(backwards - ordinary, key=str):
+            forbidden.setdefault(operation, f"the derivative of {use.name}")
+    return forbidden
+
+
 class CheckFailed(AssertionError):
     """Raised in the notebook when a check fails; shows the verdict without a traceback."""
 
@@ -313,16 +470,89 @@ class CheckFailed(AssertionError):
 # ---------------------------------------------------------------- stage 2: run (untrusted)
 
 
-class CallWatch(TorchFunctionMode):
-    """Records the calls of chosen torch functions made while it is active, in order.
+class SeenFromPython(TorchFunctionMode):
+    """A torch function mode that knows whether a torch function called from Python is running, with
+    a dispatch mode beneath (`OperationWatch`) that sees every ATen operation run meanwhile.
 
-    A torch function mode sees every torch function called from Python code, but not the
-    functions a torch function calls in turn (see `library_calls`). It is a teaching aid run
-    inside the student's kernel, not a security boundary: code can switch modes off.
+    A torch function mode sees every torch function called from Python code, but not the functions a
+    torch function calls in turn (see `library_calls`), nor the operations that code compiled by
+    TorchScript (torch.jit.script, torch.jit.trace) runs, or autograd's engine called directly: those
+    run while no torch function called from Python is running, and the mode beneath notes them
+    (`OperationWatch.unseen`). It is a teaching aid run inside the student's kernel, not a security
+    boundary: code can switch modes off.
     """
 
-    def __init__(self, functions: Iterable[Callable]):
+    def __init__(self, forbidden: dict | None = None, from_data: frozenset | None = None):
         super().__init__()
+        self.running = 0  # torch functions called from Python that have not returned
+        self.beneath = OperationWatch(self, forbidden or {}, from_data)
+
+    def __enter__(self):
+        self.beneath.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, kind, error, trace):
+        try:
+            super().__exit__(kind, error, trace)
+        finally:
+            self.beneath.__exit__(kind, error, trace)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.call(func, args, kwargs or {})
+
+    def call(self, func, args, kwargs):
+        self.running += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.running -= 1
+
+
+class OperationWatch(DispatchMode):
+    """Beneath a `SeenFromPython` mode, in order: the forbidden ATen operations run while active
+    (`forbidden_operations`), and the operations run while no torch function called from Python was
+    running, but for those that only make a tensor from Python data (`_operations_from_data`)."""
+
+    def __init__(self, above: SeenFromPython, forbidden: dict, from_data: frozenset | None = None):
+        super().__init__()
+        self.above, self.forbidden = above, forbidden
+        self.from_data = _operations_from_data() if from_data is None else from_data
+        self.reached: list[torch._ops.OpOverloadPacket] = []
+        self.unseen: list[torch._ops.OpOverloadPacket] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        operation = func.overloadpacket
+        if operation in self.forbidden:
+            self.reached.append(operation)
+        if not self.above.running and operation not in self.from_data:
+            self.unseen.append(operation)
+        return self.run(func, args, kwargs or {})
+
+
+@functools.cache
+def _operations_from_data() -> frozenset:
+    """The ATen operations that making a tensor from Python data runs with no torch function called
+    (torch.from_numpy, torch.Tensor(...), torch.load): they read no other tensor, so run out of a
+    torch function mode's sight they hide no work."""
+    import numpy  # here: this module is imported by every kernel, and needs NumPy only now
+
+    saved = io.BytesIO()
+    torch.save(torch.zeros(2), saved)
+    saved.seek(0)
+    with SeenFromPython(from_data=frozenset()) as watch:
+        torch.from_numpy(numpy.zeros(2, dtype=numpy.float32))
+        torch.Tensor([0.0])
+        torch.Tensor(2)
+        torch.load(saved, weights_only=True)
+    return frozenset(watch.beneath.unseen)
+
+
+class CallWatch(SeenFromPython):
+    """Records the calls of chosen torch functions made while it is active, in order; beneath, the
+    forbidden operations reached and the operations run out of Python's sight."""
+
+    def __init__(self, functions: Iterable[Callable], forbidden: dict | None = None):
+        super().__init__(forbidden)
         self.watched = frozenset(functions)
         self.calls: list[Callable] = []
 
@@ -330,17 +560,19 @@ class CallWatch(TorchFunctionMode):
         watched = getattr(func, "overloadpacket", func)  # torch.ops.aten.X.default is torch.ops.aten.X
         if watched in self.watched:
             self.calls.append(watched)
-        return func(*args, **(kwargs or {}))
+        return self.call(func, args, kwargs or {})
 
 
-class OperationCount(TorchFunctionMode):
+class OperationCount(SeenFromPython):
     """Counts the torch functions called from Python while active, the calls of chosen ones, and
     the largest tensor any of them took or returned (in elements): how a check sees a loop over
     positions, a T x T matrix, or how many times the code calls a given kernel.
 
     Like `CallWatch`, it sees the calls of the code under test, not the ones inside torch. The
     arguments are sized too: a tensor made without a torch function (by torch.from_numpy, which
-    a mode does not see) is seen where it is passed to one.
+    a mode does not see) is seen where it is passed to one. Code that runs torch operations out of
+    its sight (compiled by TorchScript) is refused when the count ends (`OutOfSight`): what it
+    counts would not be what the code does.
     """
 
     def __init__(self, chosen: Iterable[Callable] = ()):
@@ -354,11 +586,34 @@ class OperationCount(TorchFunctionMode):
         kwargs = kwargs or {}
         self.calls += 1
         self.chosen_calls += getattr(func, "overloadpacket", func) in self.chosen
-        result = func(*args, **kwargs)
+        result = self.call(func, args, kwargs)
         for leaf in pytree.tree_leaves((args, kwargs, result)):
             if isinstance(leaf, Tensor):
                 self.largest = max(self.largest, leaf.numel())
         return result
+
+    def __exit__(self, kind, error, trace):
+        super().__exit__(kind, error, trace)
+        if kind is None and self.beneath.unseen:
+            raise OutOfSight(self.beneath.unseen)
+
+
+class OutOfSight(Exception):
+    """Raised where code ran torch operations that no torch function called from Python issued, so that
+    a measurement of its Python calls cannot see them; says so to the student (`out_of_sight`)."""
+
+    def __init__(self, operations: Sequence[torch._ops.OpOverloadPacket]):
+        super().__init__(out_of_sight(operations))
+
+
+def out_of_sight(operations: Sequence[torch._ops.OpOverloadPacket]) -> str:
+    named = ", ".join(f"torch.ops.{operation}" for operation in list(dict.fromkeys(operations))[:3])
+    return (
+        f"your code runs torch operations that no torch function called from Python issued ({named}): code "
+        "compiled with torch.jit.script or torch.jit.trace runs them so, as does autograd's engine called "
+        "directly. The checks see the torch functions your Python code calls, and cannot tell what such code "
+        "computes or calls: remove the compilation, and call torch from Python"
+    )
 
 
 class NotAsAsked(Exception):
@@ -424,9 +679,13 @@ def _built_on_lent_model(obj: Any) -> str | None:
 def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
     if refused := _built_on_lent_model(obj):
         return refused
-    watch = CallWatch(function for function, _ in check.forbidden)
+    watch = None
+    if check.forbidden or check.forbidden_uses:  # modes slow every torch call: only where needed
+        watch = CallWatch(
+            (function for function, _ in check.forbidden), forbidden_operations(check.forbidden_uses)
+        )
     try:
-        with watch if check.forbidden else contextlib.nullcontext():  # a mode slows every torch call
+        with _compiled_as_python(), watch or contextlib.nullcontext():
             outputs = check.run(obj, _fresh_copy(case))
         # What the grader's exchange would refuse is refused here too, so that a notebook's verdict
         # is the grade's: a tuple (a forward returning its router logits too), a subclass.
@@ -439,10 +698,35 @@ def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
             result = {k: v.detach().clone() for k, v in outputs.items()}
     except (Exception, SystemExit, GeneratorExit) as error:  # a student's bug is a result, not a crash
         result = _describe_error(error)
-    if watch.calls:  # named even when the student's code caught the error that followed
+    return _refused(check, watch) or result
+
+
+def _refused(check: Check, watch: CallWatch | None) -> str | None:
+    """What the watch saw that fails the case, named even when the student's code caught the error that
+    followed: a forbidden function called, its operation reached another way, operations out of sight."""
+    if watch is None:
+        return None
+    if watch.calls:
         name = dict(check.forbidden)[watch.calls[0]]
         return f"your code calls {name}, which is what this question asks you to write yourself"
-    return result
+    if watch.beneath.reached:
+        operation = watch.beneath.reached[0]
+        function = watch.beneath.forbidden[operation]
+        return (
+            f"your code reaches torch.ops.{operation}, the operation that {function} runs: that is what "
+            "this question asks you to write yourself"
+        )
+    if watch.beneath.unseen:
+        return out_of_sight(watch.beneath.unseen)
+    return None
+
+
+def _compiled_as_python():
+    """torch.compile'd code run as the Python it was compiled from, which the checks' modes see.
+    Only where torch.compile can have been used: importing its compiler takes seconds."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def _fresh_copy(case: Case) -> Case:
@@ -455,7 +739,10 @@ def _fresh_copy(case: Case) -> Case:
 
 
 # How a result without outputs reads.
-RUN_STAGE_SENTENCES = ("your code raised ", "your code calls ", "your code returned ", "your answer: ")
+RUN_STAGE_SENTENCES = (
+    "your code raised ", "your code calls ", "your code reaches ", "your code runs ", "your code returned ",
+    "your answer: ",
+)  # fmt: skip
 MAX_ERROR_CHARS = 2000  # of an error's message: a student's exception can say anything
 RESULT_DTYPES = {
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -503,6 +790,8 @@ def _describe_error(error: BaseException) -> str:
     and the original homework's `raise NotImplemented`, which Python reports as a TypeError."""
     if type(error) is NotAsAsked:
         return f"your answer: {str(error)[:MAX_ERROR_CHARS]}"
+    if type(error) is OutOfSight:
+        return str(error)[:MAX_ERROR_CHARS]
     line = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if "ipykernel" in frame.filename or frame.filename.startswith("<"):

@@ -1,7 +1,8 @@
 """A grading kernel's entry point: ipykernel, once what every notebook imports is imported.
 
 `python -m autograder.kernel_launcher -f CONNECTION_FILE` is ipykernel's own launcher with torch,
-matplotlib and this package imported first, so that a kernel started ahead of its notebook
+matplotlib and this package imported first, and the operations of the library functions the checks
+forbid traced (core.forbidden_operations), so that a kernel started ahead of its notebook
 (kernels.py) has done the slow part of its start-up (about 2 s) before the notebook needs it.
 Nothing is bound in the notebook's namespace: the notebook's own `import torch` finds the module
 in `sys.modules`, as any second import does.
@@ -25,5 +26,11 @@ if __name__ == "__main__":
 
     import autograder  # noqa: F401
     import autograder.selfstudy  # noqa: F401
+    from autograder.checks import CHECKS
+    from autograder.core import forbidden_operations
+
+    # Traced here, ahead of the notebook and before any of its code can stand in for a library function.
+    for check in CHECKS.values():
+        forbidden_operations(check.forbidden_uses)
 
     kernelapp.launch_new_instance()

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -121,6 +121,36 @@ LIBRARY_SOFTMAX = library_calls(
     "torch._log_softmax",
 )
 
+
+def sample_rows() -> tuple:
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), -1
+
+
+def _rows_in_float32() -> tuple:  # the private spellings' third argument: half_to_float
+    return *sample_rows(), False
+
+
+# Each spelling, traced: the operations they compute with (Check.forbidden_uses).
+SOFTMAX_USES = (
+    *(
+        LibraryUse(name, sample_rows)
+        for name in (
+            "torch.softmax",
+            "torch.Tensor.softmax",
+            "torch.nn.functional.softmax",
+            "torch.special.softmax",
+            "torch._safe_softmax",
+            "torch.nn.functional.softmin",
+            "torch.log_softmax",
+            "torch.Tensor.log_softmax",
+            "torch.nn.functional.log_softmax",
+            "torch.special.log_softmax",
+        )
+    ),
+    LibraryUse("torch._softmax", _rows_in_float32),
+    LibraryUse("torch._log_softmax", _rows_in_float32),
+)
+
 SOFTMAX = Check(
     name="01.softmax",
     target="softmax",
@@ -129,6 +159,7 @@ SOFTMAX = Check(
     concerns=[Concern(SOFTMAX_LAST_DIM, weight=3), Concern(SOFTMAX_OTHER_DIM, weight=1)],
     outputs={"p": "the result of softmax(x, dim)"},
     forbidden=LIBRARY_SOFTMAX,
+    forbidden_uses=SOFTMAX_USES,
     properties=[
         Property("slices along dim sum to 1", _sums_to_one),
         Property("matches torch.softmax", _matches_torch_softmax),
@@ -231,6 +262,43 @@ LIBRARY_MULTI_HEAD_ATTENTION = library_calls(
     "torch.nn.functional.multi_head_attention_forward", "torch._native_multi_head_attention"
 )
 
+
+def _native_attention_inputs() -> tuple:
+    """x (B=1, T=3, D=4) as query, key and value, 2 heads, and the projections' weights and biases."""
+    x = torch.linspace(-1.0, 1.0, 12).reshape(1, 3, 4)
+    in_weight, out_weight = (
+        torch.linspace(-1.0, 1.0, 48).reshape(12, 4),
+        torch.linspace(-1.0, 1.0, 16).reshape(4, 4),
+    )
+    return x, x, x, 4, 2, in_weight, torch.zeros(12), out_weight, torch.zeros(4)
+
+
+# The fused kernel alone: multi_head_attention_forward is Python over linear layers and
+# scaled_dot_product_attention, no operation of its own, and those parts are not what Questions 4 and 5
+# forbid. Its Python name is refused.
+MULTI_HEAD_ATTENTION_USES = (LibraryUse("torch._native_multi_head_attention", _native_attention_inputs),)
+
+
+def _qkv() -> tuple:
+    q = torch.linspace(-1.0, 1.0, 24).reshape(1, 2, 3, 4)
+    return q, q.flip(-1), q.flip(-2)
+
+
+def _qkv_and_mask() -> tuple:
+    return *_qkv(), torch.ones(3, 3, dtype=torch.bool).tril()
+
+
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+# The fused kernels that F.scaled_dot_product_attention picks, unmasked, causal and masked. Not its
+# "math" fallback (torch._scaled_dot_product_attention_math), which is the matrix products and softmax
+# an answer is written in: its Python name is refused.
+SDPA_USES = (
+    LibraryUse(SDPA, _qkv),
+    LibraryUse(SDPA, _qkv, (("is_causal", True),)),
+    LibraryUse(SDPA, _qkv_and_mask),
+    LibraryUse("torch._scaled_dot_product_flash_attention_for_cpu", _qkv),
+)
+
 ATTENTION = Check(
     name="01.attention",
     target="scaled_dot_product_attention",
@@ -244,6 +312,7 @@ ATTENTION = Check(
         ),
         *LIBRARY_MULTI_HEAD_ATTENTION,  # attention itself, with projections that can be the identity
     ),
+    forbidden_uses=(*SDPA_USES, *MULTI_HEAD_ATTENTION_USES),
     properties=[
         Property("matches F.scaled_dot_product_attention", _matches_torch_sdpa),
         Property("each query's weights sum to 1", _weights_are_distributions),
@@ -548,6 +617,7 @@ MULTI_HEAD_ATTENTION = Check(
     run=run_mha,
     outputs=MHA_OUTPUTS,
     forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
+    forbidden_uses=MULTI_HEAD_ATTENTION_USES,
     properties=[
         Property(
             "earlier outputs do not move when later tokens change (causal mask)", _mha_past_does_not_move
@@ -580,6 +650,7 @@ CROSS_ATTENTION = Check(
     run=run_mha,
     outputs=MHA_OUTPUTS,
     forbidden=LIBRARY_MULTI_HEAD_ATTENTION,
+    forbidden_uses=MULTI_HEAD_ATTENTION_USES,
     properties=[Property("one output vector per query", _output_has_query_length)],
     error_hints=CROSS_ERRORS,
     hints=[
@@ -644,6 +715,14 @@ def _matches_torch_layer_norm(case: Case, out: Outputs) -> str | None:
     return None if gap <= 1e-4 else f"torch.nn.functional.layer_norm {_differs(gap)}"
 
 
+def _layer_norm_inputs() -> tuple:
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), (4,)
+
+
+def _native_layer_norm_inputs() -> tuple:  # weight, bias and eps are the operator's own arguments
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), [4], None, None, 1e-5
+
+
 NO_PARAMETER = ErrorHint(
     "has no attribute 'weight'",
     "LayerNorm needs nn.Parameter attributes `weight` (ones, shape (D,)) and `bias` (zeros, shape (D,)).",
@@ -656,6 +735,10 @@ LAYER_NORM = Check(
     run=run_layer_norm,
     forbidden=library_calls(  # nn.LayerNorm calls the first
         "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm"
+    ),
+    forbidden_uses=(
+        LibraryUse("torch.nn.functional.layer_norm", _layer_norm_inputs),
+        LibraryUse("torch.native_layer_norm", _native_layer_norm_inputs),
     ),
     outputs={
         "weight": "the weight (gamma) that __init__ creates",

@@ -14,8 +14,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls, names_replaced
-from .warmup import LARGE, LARGE_Z, MODERATE_Z, activation_check
+from ..core import (
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    LibraryUse,
+    Outputs,
+    Property,
+    library_calls,
+    names_replaced,
+)
+from .warmup import LARGE, LARGE_Z, MODERATE_Z, activation_check, derivative_uses, sample_z
 
 Tensor = torch.Tensor
 
@@ -25,6 +35,10 @@ GELU = activation_check(
     "gelu",
     ("gelu", "gelu_derivative"),
     library_calls("torch.nn.functional.gelu", "torch._C._nn.gelu", "torch._C._nn.gelu_"),  # nn.GELU too
+    (
+        *derivative_uses("torch.nn.functional.gelu"),
+        LibraryUse("torch.nn.functional.gelu", sample_z, (("approximate", "tanh"),), derivative=True),
+    ),
     (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
     LARGE,
     [

@@ -8,7 +8,7 @@ Several cases use inputs whose mean square is close to eps: only there does the 
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
 
 # (shape, eps, scale of x). A diagnosis is read on the first failing case, so the first case
 # tells every catalogued mistake apart: eps 0.1 next to a mean square of ~0.09 separates the
@@ -219,6 +219,23 @@ def _matches_torch(case: Case, out: Outputs) -> str | None:
 # PyTorch's RMSNorm, the answer to both questions; nn.RMSNorm calls the first.
 LIBRARY_RMS_NORM = library_calls("torch.nn.functional.rms_norm", "torch.rms_norm", "torch._fused_rms_norm")
 
+
+def _rms_norm_inputs() -> tuple:
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), [4]
+
+
+def _fused_rms_norm_inputs() -> tuple:  # weight and eps are the operator's own arguments
+    return *_rms_norm_inputs(), None, 1e-6
+
+
+# Traced: on a CPU they compute with ordinary arithmetic (pow, mean, rsqrt, mul), no operation of their
+# own, so only their Python names are refused, and code compiled out of Python's sight. A kernel of
+# their own in another PyTorch would be found here.
+RMS_NORM_USES = (
+    LibraryUse("torch.nn.functional.rms_norm", _rms_norm_inputs),
+    LibraryUse("torch._fused_rms_norm", _fused_rms_norm_inputs),
+)
+
 NO_WEIGHT = ErrorHint(
     "has no attribute 'weight'", "RMSNorm needs a learnable nn.Parameter named `weight`, of shape (D,)."
 )
@@ -242,6 +259,7 @@ NORM = Check(
         "normed_last_row_changed": "_norm(x) after a change to the last row of x",
     },
     forbidden=LIBRARY_RMS_NORM,
+    forbidden_uses=RMS_NORM_USES,
     properties=[
         Property("each row has RMS 1 up to eps", _rows_have_rms_one),
         Property("rows are independent", _rows_are_independent),
@@ -274,6 +292,7 @@ MODULE = Check(
     concerns=[Concern("float32 x", weight=3), Concern(BFLOAT16, weight=1)],
     outputs={"y": "the layer's output"},
     forbidden=LIBRARY_RMS_NORM,
+    forbidden_uses=RMS_NORM_USES,
     properties=[
         Property("matches torch.nn.functional.rms_norm", _matches_torch),
         Property("zero vector gives zeros", _no_nan_on_zeros),

@@ -17,9 +17,19 @@ import numbers
 import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, library_calls
+from ..core import (
+    Case,
+    Check,
+    Concern,
+    DispatchMode,
+    ErrorHint,
+    LibraryUse,
+    NotAsAsked,
+    Outputs,
+    Property,
+    library_calls,
+)
 from . import attention
 
 Tensor = torch.Tensor
@@ -28,7 +38,7 @@ Tensor = torch.Tensor
 # ------------------------------------------------------------------------- the measurement
 
 
-class LargestIntermediate(TorchDispatchMode):
+class LargestIntermediate(DispatchMode):
     """The largest tensor the operations run while active take or give, leaving out the given
     inputs (and their views) and, at the end, the result (and its views): the working memory of a
     call, in elements, with its shape.
@@ -56,7 +66,7 @@ class LargestIntermediate(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.widest = max(self.widest, _reduced(func, args))
-        result = func(*args, **(kwargs or {}))
+        result = self.run(func, args, kwargs or {})
         if func.overloadpacket.__name__ in COPIES and args and isinstance(args[0], Tensor):
             source, copy = _storage(args[0]), _storage(result) if isinstance(result, Tensor) else None
             if source is not None and copy is not None:
@@ -377,6 +387,36 @@ LIBRARY_ATTENTION = library_calls(
     "torch._native_multi_head_attention",
 )
 
+# Traced (Check.forbidden_uses): PyTorch's attention kernels, and the operations of softmax's other
+# spellings. Not gumbel_softmax, which draws random numbers: its softmax is the one traced already.
+ATTENTION_USES = (*attention.SDPA_USES, *attention.MULTI_HEAD_ATTENTION_USES)
+
+
+def _row_and_mask() -> tuple:
+    scores = torch.linspace(-2.0, 2.0, 12).reshape(3, 4)
+    return scores, scores > 1.0, -1
+
+
+def _sparse_rows() -> tuple:
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4).to_sparse(), -1
+
+
+def _logits_and_classes() -> tuple:
+    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), torch.arange(3)
+
+
+SOFTMAX_USES = (
+    *attention.SOFTMAX_USES,
+    *(
+        LibraryUse(name, attention.sample_rows)
+        for name in ("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp")
+    ),
+    LibraryUse("torch._masked_softmax", _row_and_mask),
+    LibraryUse("torch.sparse.softmax", _sparse_rows),
+    LibraryUse("torch.sparse.log_softmax", _sparse_rows),
+    LibraryUse("torch.nn.functional.cross_entropy", _logits_and_classes),
+)
+
 ONLINE_SOFTMAX = Check(
     name="11.online_softmax",
     extra_tolerance={torch.float32: LARGE_LOGITS},
@@ -408,6 +448,7 @@ ONLINE_SOFTMAX = Check(
         ),
         *LIBRARY_ATTENTION,
     ),
+    forbidden_uses=(*SOFTMAX_USES, *ATTENTION_USES),
     properties=[
         Property("rows sum to 1", _rows_sum_to_one),
         Property("matches torch.softmax", _matches_torch_softmax),
@@ -615,6 +656,7 @@ TILED_ATTENTION = Check(
     },
     measured=tuple(ATTENTION_MEASURED),
     forbidden=LIBRARY_ATTENTION,
+    forbidden_uses=ATTENTION_USES,
     properties=[
         Property("matches F.scaled_dot_product_attention", _matches_sdpa),
         Property("the largest intermediate grows like T, not T squared", _grows_like_t, concern=MEMORY),

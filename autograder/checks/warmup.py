@@ -16,13 +16,24 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, library_calls
+from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
 from ..exchange import MAX_OUTPUTS
 from ..playground import one_thread, spirals_split
 
 # Autograd computes the derivatives that the gradient step and the activations ask for by hand
-# (torch.func and torch.autograd.functional call torch.autograd.grad).
+# (torch.func and torch.autograd.functional call torch.autograd.grad). It has no operation of its own
+# to trace: its engine called another way runs out of Python's sight, and is refused as such.
 AUTOGRAD = library_calls("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward")
+
+
+def sample_z() -> tuple:
+    return (torch.linspace(-3.0, 3.0, 7),)
+
+
+def derivative_uses(*names: str) -> tuple[LibraryUse, ...]:
+    """Activations that a question asks for with their derivatives, traced forwards and backwards."""
+    return tuple(LibraryUse(name, sample_z, derivative=True) for name in names)
+
 
 # ------------------------------------------------------------------------------ neuron
 
@@ -123,12 +134,17 @@ def _non_negative(case: Case, out: Outputs) -> str | None:
     return None if lowest >= 0 else f"a mean of squares cannot be negative; got {lowest:.3g}"
 
 
+def _prediction_and_target() -> tuple:
+    return torch.linspace(0.0, 1.0, 5), torch.linspace(1.0, 0.0, 5)
+
+
 MSE = Check(
     name="00.mse_loss",
     target="mse_loss",
     cases=mse_cases,
     run=run_mse,
     forbidden=library_calls("torch.nn.functional.mse_loss", "torch._C._nn.mse_loss"),  # nn.MSELoss too
+    forbidden_uses=(LibraryUse("torch.nn.functional.mse_loss", _prediction_and_target),),
     outputs={
         "loss": "the loss",
         "loss_perfect": "the loss of a perfect prediction, mse_loss(target, target)",
@@ -357,6 +373,7 @@ def activation_check(
     name: str,
     functions: tuple[str, str],
     library: Sequence[tuple[Callable, str]],
+    uses: Sequence[LibraryUse],
     concerns: tuple[Concern, Concern],
     edge: str,
     hints: list[str],
@@ -364,7 +381,8 @@ def activation_check(
     answer: str = "activations",
 ) -> Check:
     """The check of one activation and its derivative, which may call neither its library
-    version (`library`, from library_calls) nor autograd. `concerns` are the core and one edge,
+    version (`library`, from library_calls; `uses`, its operations forwards and backwards, from
+    derivative_uses) nor autograd. `concerns` are the core and one edge,
     graded on the inputs of kind `edge`; `answer` is the grade_id of the cell defining both."""
     f, df = functions
     return Check(
@@ -382,6 +400,7 @@ def activation_check(
             "df float64": f"{df}(z) for a float64 z",
         },
         forbidden=(*library, *AUTOGRAD),
+        forbidden_uses=uses,
         properties=[SLOPE],
         error_hints=[NOT_A_TENSOR],
         hints=hints,
@@ -401,6 +420,7 @@ SIGMOID = activation_check(
         "torch.special.expit",
         "torch.nn.functional.logsigmoid",
     ),
+    derivative_uses("torch.sigmoid", "torch.special.expit", "torch.nn.functional.logsigmoid"),
     (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
     LARGE,
     [
@@ -424,6 +444,7 @@ RELU = activation_check(
     library_calls(
         "torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_", "torch.nn.functional.relu"
     ),
+    derivative_uses("torch.relu", "torch.nn.functional.relu"),
     (Concern(NONZERO_Z, weight=3), Concern(ZERO_Z, weight=1)),
     AT_ZERO,
     [
@@ -441,6 +462,7 @@ SILU = activation_check(
     "silu",
     ("silu", "silu_derivative"),
     library_calls("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_"),  # nn.SiLU too
+    derivative_uses("torch.nn.functional.silu"),
     (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
     LARGE,
     [
