@@ -648,36 +648,46 @@ def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
     return [_run_case(check, obj, case) for case in cases]
 
 
-# The trusted model notebook 10 inspects: a class of the student's that derives from one of its parts
-# answers nothing of its own (a teaching aid, as the forbidden calls are: composition gets round it).
+# The trusted model notebook 10 inspects: an answer built on it answers nothing of its own
+# (lent_model.py says how it is found; a teaching aid, as the forbidden calls are).
 LENT_MODULES = ("autograder.language_model",)
+INSPECTING_THE_LENT_MODEL = "10."  # the checks whose subject the lent model is
 
 
-def _built_on_lent_model(obj: Any) -> str | None:
-    """Why a class of the answer is built on the lent model: it derives from one of its parts, or
-    borrows one of their methods (`forward = CourseMoe.forward`)."""
+def _built_on_lent_model(check: Check, obj: Any) -> str | None:
+    """Why the answer is built on the lent model: a class of it derives from one of its parts, or
+    borrows one of their methods (`forward = CourseMoe.forward`); outside notebook 10, its code
+    names the lent model or holds a part of it (a FeedForward holding a lent expert)."""
+    from .lent_model import lent_model_in  # it builds on this module
+
     for part in obj if isinstance(obj, tuple) else (obj,):
+        name = getattr(part, "__qualname__", "your answer")
         if not isinstance(part, type):
-            continue
-        lent = next((c for c in part.__mro__[1:] if c.__module__ in LENT_MODULES), None)
-        borrowed = [
-            value
-            for c in part.__mro__
-            for value in vars(c).values()
-            if callable(value) and getattr(value, "__module__", None) in LENT_MODULES
-        ]
-        if lent is None and borrowed:
-            lent = borrowed[0]
+            lent = None
+        else:
+            lent = next((c for c in part.__mro__[1:] if c.__module__ in LENT_MODULES), None)
+            borrowed = [
+                value
+                for c in part.__mro__
+                for value in vars(c).values()
+                if callable(value) and getattr(value, "__module__", None) in LENT_MODULES
+            ]
+            lent = lent or (borrowed[0] if borrowed else None)
         if lent is not None:
-            return (
-                f"your answer: {part.__name__} is built on {lent.__module__}.{lent.__qualname__}, the "
-                "course's trained model that notebook 10 lends for inspection; write your own"
-            )
+            found = f"is built on {lent.__module__}.{lent.__qualname__}"
+        elif not check.name.startswith(INSPECTING_THE_LENT_MODEL) and (reached := lent_model_in(part, name)):
+            found = f"holds or names {reached}"
+        else:
+            continue
+        return (
+            f"your answer: {name} {found}, the course's trained model that notebook 10 lends for "
+            "inspection; write your own"
+        )
     return None
 
 
 def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
-    if refused := _built_on_lent_model(obj):
+    if refused := _built_on_lent_model(check, obj):
         return refused
     watch = None
     if check.forbidden or check.forbidden_uses:  # modes slow every torch call: only where needed

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autograder import language_model as lm
 from autograder import reference
 from autograder.api import make_cases
 from autograder.checks.moe import (
@@ -415,3 +416,45 @@ def test_a_feed_forward_bug_costs_06_moe_init_nothing(seed):
     exec(swapped, names)
     result = verdict("06.moe_init", names["MoeLayer"], seed)
     assert not parts(result)[INIT_CORE] and "Each expert must map hidden_size features" in result.message
+
+
+class FeedForwardHoldingALentExpert(nn.Module):
+    """06's expert handed in as the course's lent one, held in a plain list beside its weights."""
+
+    def __init__(self, hidden_size: int, d_ff: int):
+        super().__init__()
+        self.lent = [lm.CourseExpert({"hidden_size": hidden_size, "d_ff": d_ff})]
+        self.w1, self.w2, self.w3 = self.lent[0].w1, self.lent[0].w2, self.lent[0].w3
+
+    def forward(self, x):
+        return self.lent[0](x)
+
+
+class MoeLayerHoldingALentLayer(nn.Module):
+    """06's layer handed in as the course's lent one: its gate and experts registered as 06 asks."""
+
+    def __init__(self, hidden_size: int, d_ff: int, num_experts: int, n_experts_per_token: int):
+        super().__init__()
+        config = {"hidden_size": hidden_size, "d_ff": d_ff, "num_experts": num_experts}
+        self.lent = {"layer": lm.CourseMoe({**config, "n_experts_per_token": n_experts_per_token})}
+        self.gate, self.experts = self.lent["layer"].gate, self.lent["layer"].experts
+        self.num_experts, self.n_experts_per_token = num_experts, n_experts_per_token
+
+    def forward(self, x):
+        return self.lent["layer"](x)
+
+
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [
+        ("06.feed_forward", FeedForwardHoldingALentExpert),
+        ("06.moe_init", MoeLayerHoldingALentLayer),
+        ("06.moe_routing", MoeLayerHoldingALentLayer),
+    ],
+)
+def test_an_answer_holding_the_lent_model_earns_nothing(check, answer):
+    """Composition, not derivation: 7 points of 06 went to the course's lent parts held in a list or
+    a dict; core now refuses an answer whose code names the lent model, outside notebook 10."""
+    result = verdict(check, answer)
+    assert result.points == 0, result.message
+    assert "holds or names the class autograder.language_model.Course" in result.message, result.message
