@@ -106,7 +106,7 @@ def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
 
 # The library's softmax in all its spellings: nn.Softmax, nn.Softmin and nn.LogSoftmax call these;
 # log_softmax(x).exp() is the softmax too.
-LIBRARY_SOFTMAX = library_calls(
+SOFTMAX_NAMES = (
     "torch.softmax",
     "torch.Tensor.softmax",
     "torch.nn.functional.softmax",
@@ -120,6 +120,8 @@ LIBRARY_SOFTMAX = library_calls(
     "torch.special.log_softmax",
     "torch._log_softmax",
 )
+LIBRARY_SOFTMAX = library_calls(*SOFTMAX_NAMES)
+HALF_TO_FLOAT = ("torch._softmax", "torch._log_softmax")  # the private spellings: a third argument
 
 
 def sample_rows() -> tuple:
@@ -131,24 +133,8 @@ def _rows_in_float32() -> tuple:  # the private spellings' third argument: half_
 
 
 # Each spelling, traced: the operations they compute with (Check.forbidden_uses).
-SOFTMAX_USES = (
-    *(
-        LibraryUse(name, sample_rows)
-        for name in (
-            "torch.softmax",
-            "torch.Tensor.softmax",
-            "torch.nn.functional.softmax",
-            "torch.special.softmax",
-            "torch._safe_softmax",
-            "torch.nn.functional.softmin",
-            "torch.log_softmax",
-            "torch.Tensor.log_softmax",
-            "torch.nn.functional.log_softmax",
-            "torch.special.log_softmax",
-        )
-    ),
-    LibraryUse("torch._softmax", _rows_in_float32),
-    LibraryUse("torch._log_softmax", _rows_in_float32),
+SOFTMAX_USES = tuple(
+    LibraryUse(name, _rows_in_float32 if name in HALF_TO_FLOAT else sample_rows) for name in SOFTMAX_NAMES
 )
 
 SOFTMAX = Check(
