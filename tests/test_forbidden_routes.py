@@ -3,6 +3,7 @@ Python name (torch.ops.aten, a low-level overload, TorchScript), and code compil
 measurements' sight. Each is written as a student would, and must earn no more than the plain
 answer it stands for."""
 
+import inspect
 import linecache
 import math
 
@@ -222,24 +223,9 @@ def test_layer_norm_by_its_kernel_earns_nothing():
 BATCH_SEED = 20261127
 # Each appended to the reference's answer cell, as a student would redefine the answer.
 ROUTES = {
-    ("scripted-loop", "03_sliding_window", "masked_window"): """
-import math
-
-
-def _loop(queries, keys, values, window_size: int, causal: bool = False):
-    t = queries.shape[-2]
-    before = window_size - 1 if causal else window_size // 2
-    offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
-    outside = (offset < -before) | (offset > window_size - 1 - before)
-    rows = []
-    for i in range(t):
-        scores = queries[:, :, i : i + 1] @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
-        rows.append(torch.softmax(scores.masked_fill(outside[i], float("-inf")), dim=-1) @ values)
-    return torch.cat(rows, dim=-2)
-
-
-window_attention = torch.jit.script(_loop)
-""",
+    ("scripted-loop", "03_sliding_window", "masked_window"): "import math\n\n\n"
+    + inspect.getsource(_window_attention_loop)
+    + "\n\nwindow_attention = torch.jit.script(_window_attention_loop)\n",
     ("backward-kernel", "05_gated_ffn", "gelu"): """
 def gelu_derivative(z):
     return torch.ops.aten.gelu_backward(torch.ones_like(z), z)
