@@ -11,9 +11,10 @@ GRADE_FLAGS ?=
 
 setup: $(STAMP)
 
-# bubblewrap (the grading sandbox) and Chromium (for the browser test) come from Debian's
-# packages when run as root; elsewhere install them yourself (README, "Instructors"). Without
-# bubblewrap the grader refuses to grade and the sandbox tests are skipped, saying why.
+# bubblewrap (the grading sandbox), Chromium (for the browser test) and openssl (the certificate of
+# a `--dask local` run) come from Debian's packages when run as root; elsewhere install them
+# yourself (README, "Instructors"). Without bubblewrap the grader refuses to grade and the sandbox
+# tests are skipped, saying why.
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium openssl:openssl
 $(STAMP): pyproject.toml requirements.lock
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \

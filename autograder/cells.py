@@ -4,8 +4,10 @@ import ast
 
 
 def nbgrader_meta(cell) -> dict:
-    """A cell's nbgrader metadata ({} for cells nbgrader does not track)."""
-    return cell.metadata.get("nbgrader", {})
+    """A cell's nbgrader metadata ({} for cells nbgrader does not track, or a saved notebook's value
+    that is not a mapping)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
 
 
 def grade_id(cell) -> str | None:

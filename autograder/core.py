@@ -650,51 +650,36 @@ def run_stage(check: Check, obj: Any, cases: Sequence[Case]) -> list[RunResult]:
 
 # The trusted model notebook 10 inspects: an answer built on it answers nothing of its own
 # (lent_model.py says how it is found; a teaching aid, as the forbidden calls are).
-LENT_MODULES = ("autograder.language_model",)
 INSPECTING_THE_LENT_MODEL = "10."  # the checks whose subject the lent model is
 
 
 def _built_on_lent_model(check: Check, obj: Any) -> str | None:
     """Why the answer is built on the lent model: a class of it derives from one of its parts, or
-    borrows one of their methods (`forward = CourseMoe.forward`); outside notebook 10, its code
-    names the lent model or holds a part of it (a FeedForward holding a lent expert)."""
-    from .lent_model import lent_model_in  # it builds on this module
+    borrows one of their methods; outside notebook 10, its code names the lent model or holds a
+    part of it (a FeedForward holding a lent expert)."""
+    from .lent_model import BUILT_ON_IT, derived_from_the_lent_model, lent_model_in  # built on this module
 
     for part in obj if isinstance(obj, tuple) else (obj,):
         name = getattr(part, "__qualname__", "your answer")
-        if not isinstance(part, type):
-            lent = None
-        else:
-            lent = next((c for c in part.__mro__[1:] if c.__module__ in LENT_MODULES), None)
-            borrowed = [
-                value
-                for c in part.__mro__
-                for value in vars(c).values()
-                if callable(value) and getattr(value, "__module__", None) in LENT_MODULES
-            ]
-            lent = lent or (borrowed[0] if borrowed else None)
-        if lent is not None:
-            found = f"is built on {lent.__module__}.{lent.__qualname__}"
+        if lent := derived_from_the_lent_model(part):
+            found = f"derives from or borrows {lent}"
         elif not check.name.startswith(INSPECTING_THE_LENT_MODEL) and (reached := lent_model_in(part, name)):
             found = f"holds or names {reached}"
         else:
             continue
-        return (
-            f"your answer: {name} {found}, the course's trained model that notebook 10 lends for "
-            "inspection; write your own"
-        )
+        return f"your answer: {name} {found}, {BUILT_ON_IT}: write your own"
     return None
 
 
 def _run_case(check: Check, obj: Any, case: Case) -> RunResult:
-    if refused := _built_on_lent_model(check, obj):
-        return refused
     watch = None
-    if check.forbidden or check.forbidden_uses:  # modes slow every torch call: only where needed
-        watch = CallWatch(
-            (function for function, _ in check.forbidden), forbidden_operations(check.forbidden_uses)
-        )
-    try:
+    try:  # the answer's objects, searched, and a library a notebook patched, traced, may raise too
+        if refused := _built_on_lent_model(check, obj):
+            return refused
+        if check.forbidden or check.forbidden_uses:  # modes slow every torch call: only where needed
+            watch = CallWatch(
+                (function for function, _ in check.forbidden), forbidden_operations(check.forbidden_uses)
+            )
         with _compiled_as_python(), watch or contextlib.nullcontext():
             outputs = check.run(obj, _fresh_copy(case))
         # What the grader's exchange would refuse is refused here too, so that a notebook's verdict

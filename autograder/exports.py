@@ -407,7 +407,8 @@ def gradescope_submissions(text: str) -> dict[str, GradescopeSubmission]:
 
     It is YAML written by Ruby: `submission_4567:` (or `:submission_4567:`) mapping to
     `:submitters:` (a list of `:name:`, `:sid:`, `:email:`), `:created_at:`, `:score:`...
-    Read with yaml.safe_load: plain data only, whatever the file holds.
+    Read by PyYAML's safe loader (plain data only, whatever the file holds), once its depth is
+    known to be an export's.
     """
     try:
         _bounded_depth(text)

@@ -271,7 +271,7 @@ class _Assembly:
         else:
             members = [(what.student, what.name)]
         notebook, note = self._notebook(entry, what)
-        note = "\n".join(line for line in (what.note, note) if line)
+        logged = "\n".join(line for line in (what.note, note) if line)  # for the log, not a reason
         candidates = []
         for student, name in members:
             if problem := self._id_problem(what, student, name):
@@ -280,7 +280,7 @@ class _Assembly:
                 self._refuse(entry, student, "", note)
             else:
                 candidates.append(
-                    _Candidate(entry, what, student, name, notebook, note, submitted_at, attempt, label)
+                    _Candidate(entry, what, student, name, notebook, logged, submitted_at, attempt, label)
                 )
         return candidates
 
@@ -315,6 +315,7 @@ class _Assembly:
 
     def _select(self, student: str, notebook: str, group: list[_Candidate], metadata) -> None:
         """Grade the one file, or the latest attempt where the export orders them; refuse the rest."""
+        kept = []
         for c in group:  # whatever the layout concluded: a known student's folder holds her work only
             if owner := next((p for p in c.entry.parts[:-1] if p in self.students and p != student), None):
                 reason = (
@@ -324,7 +325,10 @@ class _Assembly:
                 )
                 self._file(c.entry, "refused", owner, notebook, reason)
                 self.intake.rejected.append(failed(owner, notebook, reason))
-                return
+            else:
+                kept.append(c)
+        if not (group := kept):
+            return
         ranked = len({c.found.lms for c in group}) == 1 and all(c.attempt for c in group)
         if len(group) > 1 and not ranked:
             reason = f"more than one file for this notebook ({', '.join(c.entry.origin for c in group)})"

@@ -14,6 +14,7 @@ answer. A teaching aid: the kernel is the student's (docs/security.md).
 import contextlib
 import dis
 import functools
+import itertools
 import sys
 import threading
 import types
@@ -30,6 +31,7 @@ from .core import Case, NotAsAsked, Outputs
 LENT_MODULE = lm.__name__
 GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "IMPORT_NAME")  # the instructions that read a global or a module
 WALK_LIMIT = 100_000  # objects a search visits at most (a notebook's classes and a model: a few thousand)
+MAX_REFERENTS = 10_000  # of one object: a list of numbers an answer names is not searched through
 # Held by nothing but themselves: no lent model inside.
 ATOMS = (
     type(None),
@@ -208,15 +210,37 @@ def lent_model_in(obj, root: str) -> str | None:
         found = _lent_name(item)
         if found:
             return found if path == root else f"{found} ({path})"
-        stack.extend(reversed(list(_referents(item, path))))
+        stack.extend(reversed(list(itertools.islice(_referents(item, path), MAX_REFERENTS))))
+        del stack[WALK_LIMIT:]  # what a walk may still visit: a huge list costs no more than the limit
     return None
+
+
+BUILT_ON_IT = (
+    "so it is built on the course's lent model (autograder.language_model), the trained model that "
+    "notebook 10 lends for inspection"
+)
+
+
+def derived_from_the_lent_model(obj) -> str | None:
+    """What of the lent model a class of the answer derives from, or borrows a method of
+    (`forward = CourseMoe.forward`), in words; None for anything else."""
+    if not isinstance(obj, type):
+        return None
+    lent = next((c for c in obj.__mro__[1:] if c.__module__ == LENT_MODULE), None)
+    borrowed = (
+        value
+        for c in obj.__mro__
+        for value in vars(c).values()
+        if callable(value) and getattr(value, "__module__", None) == LENT_MODULE
+    )
+    lent = lent or next(borrowed, None)
+    return None if lent is None else f"{LENT_MODULE}.{lent.__qualname__}"
 
 
 def _built_on_the_lent_model(what: str) -> NotAsAsked:
     return NotAsAsked(
-        f"it {what}, so it is built on the course's lent model (autograder.language_model), the trained "
-        "model that notebook 10 lends for inspection. These checks grade your own block, model and parts "
-        "(notebooks 03-07): build yours from them"
+        f"it {what}, {BUILT_ON_IT}. These checks grade your own block, model and parts (notebooks "
+        "03-07): build yours from them"
     )
 
 
@@ -246,12 +270,11 @@ def _lent_code_watched() -> Iterator[list[str]]:
 
 
 def refusing_the_lent_model(run):
-    """A check's run stage that refuses an answer built on the lent model: by what its code names before
-    it runs, by the lent model's code running while it runs."""
+    """A check's run stage that refuses an answer whose run starts the lent model's code (what its
+    code names is refused before, by core, for every check)."""
 
     @functools.wraps(run)
     def refusing(answer, case: Case) -> Outputs:
-        refuse_the_lent_model(answer, getattr(answer, "__qualname__", "your answer"))
         with _lent_code_watched() as ran:
             try:
                 return run(answer, case)

@@ -60,7 +60,7 @@ VERSION = "0.1.0"
 STUDENT_REQUIREMENTS = ["torch", "jupyterlab", "ipywidgets", "matplotlib", "nbclient", "nbformat"]
 STUDENT_REQUIREMENTS += ["nbconvert", "ipykernel"]
 # The package's own requirements are lower bounds: on Colab, pip must not replace its torch.
-PACKAGE_REQUIREMENTS = ["torch>=2.4", "ipywidgets>=7.6", "matplotlib>=3.7", "nbclient>=0.7", "nbformat>=5.7"]
+PACKAGE_REQUIREMENTS = ["torch>=2.6", "ipywidgets>=7.6", "matplotlib>=3.7", "nbclient>=0.7", "nbformat>=5.7"]
 TORCH_CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"  # Linux: not the CUDA build
 TEMPLATE = PACKAGE / "templates" / "release" / "README.md"
 IMAGE_LINK = re.compile(r"images/([\w.-]+\.png)")

@@ -186,7 +186,7 @@ def _client_class():
     from . import exchange
     from .api import load_snapshot
     from .checks import CHECKS
-    from .core import Verdict, judge
+    from .core import MAX_ERROR_CHARS, Verdict, judge
 
     class Client(NotebookClient):
         """A notebook run whose test cells' checks do stage 2 in the kernel and stage 3 here: before
@@ -234,7 +234,7 @@ def _client_class():
             if results is None:
                 why = "`check` was redefined, patched or bypassed"
                 if error is not None:
-                    why = f"the cell raised {error.ename}: {error.evalue}"
+                    why = f"the cell raised {error.ename[:200]}: {error.evalue[:MAX_ERROR_CHARS]}"
                 return Verdict(name, False, f"no results came back from this test: {why}", check.points)
             return judge(check, cases, results, expected, known).worth(check.points)
 

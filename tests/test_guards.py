@@ -305,7 +305,7 @@ def test_a_class_built_on_the_lent_course_model_is_refused(seed):
     class of a notebook-06 or 08 answer that derives from one is named and earns nothing."""
     result = verdict("06.moe_routing", _moe_built_on_the_course_model(), seed)
     assert result.points == 0, result.message
-    assert "is built on autograder.language_model.CourseMoe" in result.message, result.message
+    assert "derives from or borrows autograder.language_model.CourseMoe" in result.message, result.message
 
 
 def _moe_borrowing_the_course_models_forward():
@@ -328,4 +328,6 @@ def _moe_borrowing_the_course_models_forward():
 def test_a_class_borrowing_a_method_of_the_lent_model_is_refused(seed):
     result = verdict("06.moe_routing", _moe_borrowing_the_course_models_forward(), seed)
     assert result.points == 0, result.message
-    assert "is built on autograder.language_model.CourseMoe.forward" in result.message, result.message
+    assert "derives from or borrows autograder.language_model.CourseMoe.forward" in result.message, (
+        result.message
+    )
