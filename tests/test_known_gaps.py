@@ -6,7 +6,6 @@ student would; each is expected to fail while its gap is open, and fails the sui
 its own copy of the watches, is the same class; it is not forked here."""
 
 import importlib
-import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 from autograder.checks.sliding_window import LINEAR_MEMORY, VECTORISED
 
 from .submissions import parts, verdict
+from .test_forbidden_routes import _window_attention_loop
 
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, 7], ids=["visible", "hidden"])
 pytestmark = pytest.mark.xfail(
@@ -34,19 +34,6 @@ def in_a_thread(function):
         return _POOL.submit(function, *args, **kwargs).result()
 
     return run
-
-
-def _window_attention_loop(queries, keys, values, window_size, causal=False):
-    """Right values, one query at a time, each masked by its row of a (T, T) mask."""
-    t = queries.shape[-2]
-    before = window_size - 1 if causal else window_size // 2
-    offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
-    outside = (offset < -before) | (offset > window_size - 1 - before)
-    rows = []
-    for i in range(t):
-        scores = queries[:, :, i : i + 1] @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
-        rows.append(torch.softmax(scores.masked_fill(outside[i], float("-inf")), dim=-1) @ values)
-    return torch.cat(rows, dim=-2)
 
 
 def _measured_parts_passed(result) -> bool:
