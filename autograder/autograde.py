@@ -134,8 +134,7 @@ def unpack_template(packed: bytes, folder: Path) -> Path:
 def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worker):
     """nbgrader's settings for grading a submission in the course `run` (and writing its feedback
     page). `worker` (this machine's side of a batch): `scratch` (where sandboxes are made), `group`
-    (the batch's cgroup), `threads` (math threads per kernel), `page_depth` (folders between the
-    page and a feedback folder: 1 for OUT/feedback/<student>/<nb>.html), `kernels_ahead`."""
+    (the batch's cgroup), `threads` (math threads per kernel), `kernels_ahead`."""
     threads = worker.get("threads", 1)
     return nbgrader_config(
         run,
@@ -194,13 +193,14 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
         GenerateFeedback={
             "preprocessors": [
                 "nbgrader.preprocessors.GetGrades",
+                "autograder.feedback.NameHandGrades",
                 "autograder.feedback.NameQuestions",  # before the hidden checks' calls are hidden
                 "autograder.preprocessors.HideHiddenTests",
                 "autograder.preprocessors.PlainErrors",
                 "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
             ],
-            # The course's page (summary, wrapped verdicts, MathJax beside the pages: feedback.py).
-            "HTMLExporter": exporter_config(worker.get("page_depth", 1)),
+            # The course's page (summary, wrapped verdicts, maths as MathML: feedback.py).
+            "HTMLExporter": exporter_config(),
         },
     )
 

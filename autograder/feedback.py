@@ -6,43 +6,47 @@ autograder/templates/course_feedback, which is nbgrader's feedback template with
 - the summary at the top names the checks each test cell runs ("07.rmsnorm (hidden cases)"),
   where nbgrader writes "Test cell" for every one (NameQuestions gives the template the names);
 - outputs wrap, so the whole verdict of a failed check (got, expected) is read without scrolling;
-- MathJax is loaded from a copy beside the pages (install_mathjax), where nbgrader loads it from
-  a CDN: the maths of a page opened offline renders, and opening a page asks nothing of the network.
-  MathJax 2 (the jupyter-server-mathjax package's) writes MathML, which browsers draw themselves:
-  its HTML output needs web fonts, which a browser does not load for a page opened from disk.
+- the maths of the markdown is MathML, written into the page (`mathml`), where nbgrader loads MathJax
+  from a CDN: one HTML file is the whole page, read offline, handed out alone, and opening it runs
+  no script and asks nothing of the network. Browsers draw MathML themselves (Chrome 109+,
+  Firefox, Safari).
 
 The page is otherwise nbgrader's, and as safe: what of a student's notebook reaches it is
-cleaned before grades are saved (clean.py), and HTML in outputs is sanitised. MathJax typesets
-only the release's own markdown: a student's cells and every output are shown in <pre>, which
-MathJax skips, and its Safe extension is loaded all the same.
+cleaned before grades are saved (clean.py), and HTML in outputs is sanitised. The MathML written
+for a formula keeps only MathML's own elements and attributes (`MATHML_ELEMENTS`): a formula is
+text its writer controls, a student's markdown included.
 """
 
-import importlib.util
+import hashlib
+import html
+import json
 import shutil
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import nbgrader
+from jinja2 import pass_context
+from latex2mathml.converter import convert as latex_to_mathml
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets.config import Config
 
 from .cells import check_calls, grade_id, is_test_cell
+from .record import AUTOMATIC_PAGE, HandGrades
+from .report import Result
 
 TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = "course_feedback"  # its conf.json names nbgrader's "feedback" as its base
 # Not index.html.j2: the course's page extends nbgrader's index.html.j2, found after it in the path.
 TEMPLATE_FILE = "course_feedback.html.j2"
 NBGRADER_TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
-# Beside the students' folders of a feedback folder; no student id starts with "_" (inbox.py).
-MATHJAX_FOLDER = "_mathjax"
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # the combined configuration the package ships
-# Not copied: web fonts, which a browser refuses to a page opened from disk (the pages use MathJax's
-# MathML output, drawn by the browser), and the SVG output's font data, shipped without that output.
-MATHJAX_LEFT_OUT = ("fonts", "jax/output/SVG")
 
 
-def exporter_config(page_depth: int) -> Config:
-    """HTMLExporter's settings for feedback pages read `page_depth` folders below their feedback
-    folder (OUT/feedback/<student>/<nb>.html: 1; nbgrader's feedback/<student>/<nb>/<nb>.html: 2).
+def exporter_config() -> Config:
+    """HTMLExporter's settings for feedback pages: the course's template, and markdown whose maths
+    is MathML.
 
     Set under GenerateFeedback, so that they reach the feedback exporter alone: nbgrader's API
     sets the global HTMLExporter.template_name to its own, and formgrader to its own.
@@ -51,36 +55,105 @@ def exporter_config(page_depth: int) -> Config:
         template_name=TEMPLATE,
         template_file=TEMPLATE_FILE,
         extra_template_basedirs=[str(TEMPLATES), str(NBGRADER_TEMPLATES)],
-        mathjax_url="../" * page_depth + f"{MATHJAX_FOLDER}/MathJax.js?config={MATHJAX_CONFIG}",
+        filters={"markdown2html": "autograder.feedback.markdown_with_mathml"},
     )
 
 
-def mathjax_source() -> Path:
-    """MathJax 2 as the jupyter-server-mathjax package ships it (MathJax.js, config/, jax/, ...)."""
-    spec = importlib.util.find_spec("jupyter_server_mathjax")  # found, not imported: no server code runs
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("jupyter-server-mathjax is not installed (requirements.lock pins it)")
-    return Path(spec.submodule_search_locations[0]) / "static"
+# ------------------------------------------------------------------------------ maths as MathML
+
+# MathML's presentation elements and the attributes latex2mathml writes: a formula keeps these
+# and nothing else (no script, no link, no event handler can reach the page through one).
+MATHML_ELEMENTS = frozenset(
+    "math mrow mi mn mo ms mtext mspace msub msup msubsup mfrac msqrt mroot mstyle mover munder "
+    "munderover mtable mtr mtd mpadded mphantom menclose merror mfenced semantics annotation".split()
+)
+MATHML_ATTRIBUTES = frozenset(
+    "display displaystyle scriptlevel mathvariant stretchy fence separator form lspace rspace width "
+    "height depth linethickness accent accentunder columnalign rowspacing columnspacing columnlines "
+    "rowlines notation minsize maxsize movablelimits symmetric largeop linebreak open close "
+    "separators encoding".split()
+)
+MATHML_NAMESPACE = "{http://www.w3.org/1998/Math/MathML}"
 
 
-def install_mathjax(feedback: Path) -> Path:
-    """Copy MathJax into `feedback`/_mathjax, where the pages of that folder load it from; kept
-    when it is there already (a re-run)."""
-    target = feedback / MATHJAX_FOLDER
-    if (target / "MathJax.js").exists():
-        return target
-    partial = feedback / f"{MATHJAX_FOLDER}.partial"
-    feedback.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(partial, ignore_errors=True)
-    source = mathjax_source()
+def mathml(latex: str, display: bool) -> str:
+    """`latex` as one <math> element; where it cannot be written as MathML (LaTeX it does not
+    know, or anything but MathML's own elements), the LaTeX itself as text, between its delimiters."""
+    try:
+        written = latex_to_mathml(_arrows_with_labels(latex), display="block" if display else "inline")
+        return _serialised(ElementTree.fromstring(written))
+    except Exception:  # noqa: BLE001 - any failure of the converter leaves the formula as text
+        delimiter = "$$" if display else "$"
+        return html.escape(f"{delimiter}{latex}{delimiter}", quote=False)
 
-    def left_out(folder: str, names: list[str]) -> set[str]:
-        here = Path(folder).relative_to(source)
-        return {name for name in names if (here / name).as_posix() in MATHJAX_LEFT_OUT}
 
-    shutil.copytree(source, partial, ignore=left_out)
-    partial.rename(target)  # whole or absent: a killed run leaves no half copy behind
-    return target
+def _arrows_with_labels(latex: str) -> str:
+    """`\\xrightarrow{label}`, which the converter does not know, as the same arrow with the label over it."""
+    while (start := latex.find("\\xrightarrow{")) >= 0:
+        opening = start + len("\\xrightarrow")
+        depth, end = 0, opening
+        for end in range(opening, len(latex)):
+            depth += {"{": 1, "}": -1}.get(latex[end], 0)
+            if depth == 0:
+                break
+        else:
+            raise ValueError("unbalanced braces")
+        label = latex[opening + 1 : end]
+        latex = f"{latex[:start]}\\overset{{{label}}}{{\\longrightarrow}}{latex[end + 1 :]}"
+    return latex
+
+
+def _serialised(element: ElementTree.Element) -> str:
+    """MathML with only the elements and attributes allowed, every text escaped; ValueError for
+    anything else."""
+    name = element.tag.removeprefix(MATHML_NAMESPACE)
+    if (
+        name not in MATHML_ELEMENTS
+        or element.tag.startswith("{")
+        and not element.tag.startswith(MATHML_NAMESPACE)
+    ):
+        raise ValueError(f"not MathML: {element.tag}")
+    attributes = ""
+    for key, value in element.attrib.items():
+        if key not in MATHML_ATTRIBUTES:
+            raise ValueError(f"not a MathML attribute: {key}")
+        attributes += f' {key}="{html.escape(value)}"'
+    if name == "math":
+        attributes = ' xmlns="http://www.w3.org/1998/Math/MathML"' + attributes
+    inner = html.escape(element.text or "", quote=False)
+    for child in element:
+        inner += _serialised(child) + html.escape(child.tail or "", quote=False)
+    return f"<{name}{attributes}>{inner}</{name}>"
+
+
+class MathMLRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer, with each formula as MathML instead of LaTeX for MathJax."""
+
+    def inline_math(self, body: str) -> str:
+        return mathml(body, display=False)
+
+    def block_math(self, body: str) -> str:
+        return mathml(body, display=True)
+
+    def multiline_math(self, text: str) -> str:
+        for opening, closing in (("$$", "$$"), ("\\[", "\\]")):
+            if text.startswith(opening) and text.endswith(closing):
+                return mathml(text[len(opening) : -len(closing)], display=True)
+        return mathml(text, display=True)  # \begin{...}...\end{...}: the converter reads environments
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
+
+
+@pass_context
+def markdown_with_mathml(context, source: str) -> str:
+    """The markdown2html filter of feedback pages: nbconvert's, with the maths as MathML."""
+    cell = context.get("cell", {})
+    renderer = MathMLRenderer(escape=False, attachments=cell.get("attachments", {}))
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
+# ------------------------------------------------------------------------------ the summary
 
 
 def question(source: str) -> str | None:
@@ -105,3 +178,91 @@ class NameQuestions(Preprocessor):
             grade_id(cell): question(cell.source) or grade_id(cell) for cell in nb.cells if is_test_cell(cell)
         }
         return nb, resources
+
+
+class NameHandGrades(Preprocessor):
+    """resources["course_by_hand"]: grade_id -> the automatic score, for each test cell whose score
+    was given by hand, so that the summary says which scores an instructor gave."""
+
+    def preprocess(self, nb, resources):
+        nbgrader = resources["nbgrader"]
+        with Gradebook(nbgrader["db_url"]) as gradebook:
+            notebook = gradebook.find_submission_notebook(
+                nbgrader["notebook"], nbgrader["assignment"], nbgrader["student"]
+            )
+            resources["course_by_hand"] = {
+                grade.name: grade.auto_score for grade in notebook.grades if grade.manual_score is not None
+            }
+        return nb, resources
+
+
+# ------------------------------------------------------------------------------ the pages of OUT
+
+# In work/runs/<student>/<nb>/: the page with hand grades and the late penalty, and what it shows.
+FINAL_PAGE, FINAL_PAGE_KEY = "feedback-final.html", "feedback-final.key"
+
+
+def write_pages(out: Path, rows: list[Result], course_config: Config) -> None:
+    """OUT/feedback/<student>/<nb>.html for each graded row, showing that row's score.
+
+    A submission with neither a grade or comment given by hand nor a late penalty gets the page
+    its grading wrote; the others get a page generated from OUT/course, which holds both (nbgrader
+    names the penalty, the course's summary names the hand grades). Such a page is made again only
+    when what it shows changes (`_shown`), so a re-run costs nothing for the pages it keeps.
+    """
+    ledger = HandGrades(out).entries
+    final, to_generate = [], []
+    for row in rows:
+        if row.status not in ("graded", "needs_manual_grading"):
+            continue
+        run = out / "work" / "runs" / row.student / row.notebook
+        page = out / "feedback" / row.student / f"{row.notebook}.html"
+        automatic = run / AUTOMATIC_PAGE
+        if not automatic.exists() and page.exists() and not (run / FINAL_PAGE).exists():
+            shutil.copyfile(page, automatic)  # graded by 0.15 or earlier: the page there is grading's
+        hand = ledger.get(f"{row.student}/{row.notebook}")
+        if not (hand or row.penalty):
+            _publish(automatic, page)
+            continue
+        final.append((run / FINAL_PAGE, page))
+        key = _shown(row, hand, automatic)
+        if _read_text(run / FINAL_PAGE_KEY) != key:
+            to_generate.append((row, run, key))
+    if to_generate:
+        api = NbGraderAPI(config=course_config)
+        for row, run, key in to_generate:
+            made = api.generate_feedback(row.notebook, row.student, force=True)
+            generated = out / "course" / "feedback" / row.student / row.notebook / f"{row.notebook}.html"
+            if not (made["success"] and generated.exists()):
+                raise RuntimeError(
+                    f"no feedback page for {row.student}/{row.notebook}:\n{made.get('log', '')}"
+                )
+            shutil.copyfile(generated, run / FINAL_PAGE)
+            (run / FINAL_PAGE_KEY).write_text(key)
+    for source, page in final:
+        _publish(source, page)
+
+
+def _shown(row: Result, hand: dict | None, automatic: Path) -> str:
+    """What a page generated from OUT/course shows beyond grading's own page: its scores, its hand
+    grades and comments, the penalty, and that page (the file graded and the template)."""
+    shown = [row.score, row.max_score, row.penalty, row.questions, hand, _digest(automatic)]
+    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+def _read_text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _publish(source: Path, page: Path) -> None:
+    """Copy `source` to `page` unless it holds the same bytes; without a source, no page (graded
+    without one: the log says why)."""
+    if not source.exists():
+        page.unlink(missing_ok=True)
+    elif _digest(page) != _digest(source):
+        page.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, page)

@@ -15,7 +15,7 @@ Layout of OUT (an instructor's record: each run merges into it, see record.py):
     intake.csv                       every file of the last source, and what became of it (inbox.py)
     course/                          one nbgrader course with every graded submission, for
                                      formgrader and `nbgrader export` (merged_course.py)
-    feedback/<student>/<nb>.html     one page per graded notebook
+    feedback/<student>/<nb>.html     one page per graded notebook, with the score of its row (feedback.py)
     logs/<student>/<nb>.log          the grader's log: what was restored, what the sandbox refused,
                                      each verdict (or the grader's traceback, where grading failed)
     work/template/                   nbgrader course generated once per output folder (gradebook + release)
@@ -52,7 +52,7 @@ from .class_list import keep_roster, missing_rows, named, people, read_roster, w
 from .class_report import write_class_report
 from .dispatch import Batch, LocalPool
 from .exchange import remove_tree
-from .feedback import install_mathjax
+from .feedback import write_pages
 from .inbox import Submission, find_submissions, write_intake_report
 from .late import LatePolicy
 from .merged_course import merge_course
@@ -104,7 +104,6 @@ def grade(
     template = prepare_template(work)
     batch = _start_batch(work)
     try:
-        install_mathjax(out / "feedback")  # the pages' maths renders offline
         tasks = _to_grade(intake.submissions, out, template, limits, seed, again)
         if tasks:
             _grade_all(tasks, out, _dispatcher(dask, jobs, limits, template, batch))
@@ -183,8 +182,8 @@ def _grade_all(tasks: dict[NotebookTask, tuple[Submission, str]], out: Path, dis
 
 
 def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
-    """grades.csv, the class report, totals, uploads and OUT/course, from the whole record of `out`;
-    its rows."""
+    """grades.csv, the feedback pages, the class report, totals, uploads and OUT/course, from the
+    whole record of `out`; its rows."""
     kept = settings(out)
     policy = LatePolicy.parse(kept.get("due"), kept.get("late_penalty"))
     class_list = read_roster(out / kept["roster"]) if kept.get("roster") else None
@@ -192,13 +191,14 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     seed = int((out / "work" / "case_seed").read_text())
     record = recorded(out)
     refused = remember_refusals(out, list(refused_now), set(record))
-    config = grading_config(out / "course", out / "course", limits, seed, page_depth=2)
+    config = grading_config(out / "course", out / "course", limits, seed)
     config.merge(Config(policy.nbgrader_config()))
     results = [result for result, _ in record.values()]
     rows, notes = merge_course(out, record, config, people(results, class_list), policy)
     rows = named(rows + refused + missing_rows(rows + refused, class_list), class_list)
     rows.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", rows)
+    write_pages(out, rows, config)
     write_class_report(out / "report.html", rows)
     write_totals(out, rows, class_list, kept.get("lms", ""), kept.get("title"))
     for note in notes:

@@ -28,7 +28,7 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
 from .cells import grade_id, nbgrader_meta
-from .feedback import install_mathjax, question
+from .feedback import question
 from .late import LatePolicy
 from .paths import source_notebook
 from .record import GRADES_FILE, HandGrades
@@ -102,8 +102,6 @@ def merge_course(
             rows.append(_row(merged, result, late, note))
     ledger.save()
     (staging / GRADED_FILES).write_text(json.dumps(graded, indent=1))
-    # Feedback generated there by nbgrader lands in feedback/<student>/<nb>/<nb>.html
-    install_mathjax(staging / "feedback")
     (staging / "nbgrader_config.py").write_text(_config_file(config))
     if course.exists():
         shutil.rmtree(old, ignore_errors=True)

@@ -84,8 +84,9 @@ def recorded(out: Path) -> dict[str, tuple[Result, str]]:
 
 
 def store(out: Path, submission: "Submission", graded: "Graded", digest: str) -> Result:
-    """What grading one submission gave, into the record: its log, its feedback page (or a page
-    saying it was not graded), what OUT/course is rebuilt from (work/runs/<student>/<nb>/), and
+    """What grading one submission gave, into the record: its log, its feedback page as grading
+    wrote it (work/runs/<student>/<nb>/feedback.html, published by feedback.write_pages) or a page
+    saying it was not graded, what OUT/course is rebuilt from (work/runs/<student>/<nb>/), and
     its outcome, last and atomically: a batch killed midway never leaves half a result. Where the
     grader itself gave nothing back (`graded.retry`), an earlier outcome of the same file stands;
     without one, the failure is kept without the file's hash, so that the next run grades it again."""
@@ -109,12 +110,12 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
     page = out / "feedback" / student / f"{notebook}.html"
     if result.status == "failed":
         _write(page, _not_graded_page(notebook, result.reason).encode())
-    elif graded.feedback:
-        _write(page, graded.feedback)
-    else:  # graded without a page (the log says why): none from an earlier file stays
+    else:  # the graded page is published from the run with the whole record's grades (feedback.py)
         page.unlink(missing_ok=True)
     run = out / "work" / "runs" / student / notebook
     shutil.rmtree(run, ignore_errors=True)
+    if graded.feedback and result.status != "failed":
+        _write(run / AUTOMATIC_PAGE, graded.feedback)
     if graded.submitted:
         _write(run / "submitted" / student / notebook / f"{notebook}.ipynb", graded.submitted)
         _write(run / "autograded" / student / notebook / f"{notebook}.ipynb", graded.autograded)
@@ -126,6 +127,7 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
 
 
 GRADES_FILE = "grades.json"  # in work/runs/<student>/<nb>/: what grading wrote into its gradebook
+AUTOMATIC_PAGE = "feedback.html"  # in work/runs/<student>/<nb>/: the page with the automatic grades
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -5,8 +5,8 @@
 The red team's payloads set `window.PWNED` to a number naming the attack that ran; a page
 where no script of a student ran leaves it undefined (printed as null). With --read, each
 page's entry also says what its reader sees, in a window 1280 pixels wide: {"pwned": ...,
-"maths": what MathJax made of the page once it finished ({"typeset": n, "drawn": n,
-"errors": n}; null without MathJax), "scrolling": outputs too wide for their box (they
+"maths": its formulas ({"formulas": n, "drawn": n, "raw": markdown cells that still show
+LaTeX}), "scrolling": outputs too wide for their box (they
 scroll sideways), "images": {"shown": n, "broken": n} (an image that did not decode is broken),
 "outside": the URLs the page asked for beyond the disk}. Nothing leaves
 the machine: requests over the network are refused. With --screenshots, each page is saved as
@@ -22,19 +22,15 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-MATHJAX_LIMIT_MS = 20_000
-# Once MathJax 2 has started and typeset the page: how many formulas it typeset, how many it
-# drew (its MathML output is one <math> each), how many it could not.
-TYPESET = f"""() => new Promise(resolve => {{
-  if (!window.MathJax || !MathJax.Hub) {{ resolve(null); return; }}
-  const done = () => resolve({{
-    typeset: MathJax.Hub.getAllJax().length,
-    drawn: document.querySelectorAll("math").length,
-    errors: document.querySelectorAll(".MathJax_Error, merror").length,
-  }});
-  MathJax.Hub.Register.StartupHook("End", () => MathJax.Hub.Queue(done));
-  setTimeout(() => resolve("MathJax did not finish within {MATHJAX_LIMIT_MS} ms"), {MATHJAX_LIMIT_MS});
-}})"""
+# The page's formulas, written as MathML (feedback.py): how many there are, how many the browser
+# drew (a box with a width: a browser without MathML shows the text flat, a zero-size <math> is
+# not drawn), and how many pieces of markdown text still hold LaTeX (a formula left as "$...$").
+MATHS = r"""() => ({
+  formulas: document.querySelectorAll("math").length,
+  drawn: [...document.querySelectorAll("math")].filter(m => m.getBoundingClientRect().width > 0).length,
+  raw: [...document.querySelectorAll(".text_cell_render")]
+    .filter(cell => /\$[^$]+\$|\\(frac|sum|mathbb|text)\b/.test(cell.innerText)).length,
+})"""
 SCROLLING = """() => [...document.querySelectorAll("div.output_area pre")]
   .filter(pre => pre.scrollWidth > pre.clientWidth + 1).length"""
 IMAGES = """() => ({shown: document.images.length,
@@ -65,10 +61,10 @@ def main(pages: list[str], read: bool, screenshots: Path | None) -> None:
             page.wait_for_timeout(300)  # onload and onerror handlers of images run after the load
             pwned = page.evaluate("() => window.PWNED ?? null")
             if read:
-                typeset = page.evaluate(TYPESET)
+                maths = page.evaluate(MATHS)
                 scrolling = page.evaluate(SCROLLING)
                 images = page.evaluate(IMAGES)
-                seen = {"maths": typeset, "scrolling": scrolling, "images": images, "outside": outside[:]}
+                seen = {"maths": maths, "scrolling": scrolling, "images": images, "outside": outside[:]}
                 canaries[path] = {"pwned": pwned, **seen}
             else:
                 canaries[path] = pwned

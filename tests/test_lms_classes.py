@@ -10,6 +10,7 @@ file are checked; then, on the Canvas class, grades given by hand survive a part
 
 import csv
 import os
+import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -222,3 +223,26 @@ def test_hand_grades_survive_a_partial_regrade_of_a_canvas_class(graded_export, 
         comment = gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann)
         assert (grade.manual_score, comment.manual_comment) == (1.5, "see me")
         assert gradebook.find_student(ann).last_name == "O'Neil"  # the roster's name, not "None"
+
+
+@needs_sandbox
+def test_every_feedback_page_shows_the_score_of_its_row(graded_export):
+    """The page a student gets says what grades.csv and the upload say: the final score after the
+    late penalty, the penalty named; on the Canvas class (graded again after the hand grades
+    above), the score given by hand named beside the checks' and the comment shown."""
+    lms, _, out, _ = graded_export
+    for row in _csv(out / "grades.csv"):
+        page = out / "feedback" / row["student"] / f"{row['notebook']}.html"
+        if row["status"] != "graded":
+            assert not page.exists() or "not graded" in page.read_text(), row
+            continue
+        html = page.read_text()
+        heading = re.search(r"<h4>(\S+) \(Score: ([\d.]+) / ([\d.]+)\)</h4>", html)
+        assert heading.group(1) == row["notebook"], row
+        assert float(heading.group(2)) == pytest.approx(float(row["final_score"])), (lms, row)
+        assert float(heading.group(3)) == float(row["max_score"]), row
+        assert ("Late submission penalty" in html) == bool(float(row["penalty"] or 0)), row
+    if lms == "canvas":
+        ann = out / "feedback" / str(STUDENTS["ann"].canvas) / "07_rmsnorm.html"
+        html = ann.read_text()
+        assert "score given by hand; the checks gave 2.0" in html and "see me" in html
