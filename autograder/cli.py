@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .paths import NOTEBOOKS
+from .points import points_table
 from .report import Result, shown, summary
 from .student import add_commands as add_student_commands
 
@@ -38,7 +39,12 @@ def _release(args) -> int:
 
 
 def _grade(args) -> int:
-    from .grading import Limits, grade
+    source, out = Path(args.submissions), Path(args.out)
+    if not source.exists():
+        raise SystemExit(f"{source}: no such folder or zip file (give the LMS download, as it came)")
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"{out} is a file: --out names a folder (new, or one graded into before)")
+    from .grading import Limits, grade  # after the checks: its imports take seconds
 
     limits = Limits(
         cell_timeout=args.cell_timeout,
@@ -47,8 +53,8 @@ def _grade(args) -> int:
         sandboxed=not args.no_sandbox,
     )
     results = grade(
-        Path(args.submissions),
-        Path(args.out),
+        source,
+        out,
         jobs=args.jobs,
         limits=limits,
         again=args.again,
@@ -64,11 +70,12 @@ def _grade(args) -> int:
     for r in attention:
         print(summary_line(r))
     print(summary(results))
-    out = Path(args.out)
     print(
         f"wrote {out / 'grades.csv'}, {out / 'report.html'}, {out / 'totals.csv'}, {out / 'intake.csv'}, "
         f"{out / 'feedback'}/, {out / 'logs'}/ and {out / 'course'}/"
     )
+    for upload in sorted((out / "upload").glob("*")) if (out / "upload").is_dir() else ():
+        print(f"to upload to your LMS: {upload}")
     return 0
 
 
@@ -117,29 +124,6 @@ def _list(args) -> int:
         points = f"{check.points:g} visible + {check.hidden_points:g} hidden points"
         print(f"{name:<28} {check.target_source:<30} {points}")
     return 0
-
-
-def points_table() -> str:
-    """The points of every question and how they split over its concerns (a Markdown table,
-    kept in the README by a test)."""
-    from fractions import Fraction
-
-    from .checks import CHECKS
-
-    rows = ["| check | visible | hidden | how a test cell's points split |", "| --- | --- | --- | --- |"]
-    for name, check in CHECKS.items():
-        total = sum(c.weight for c in check.concerns)
-        shares = [
-            f"{c.name}: {Fraction(c.weight / total).limit_denominator(12)}"
-            if c.weight
-            else f"{c.name}: advice only"
-            for c in check.concerns
-        ]
-        split = "; ".join(shares) or "all or nothing"
-        if not (check.points or check.hidden_points):
-            split = "no points: it runs given code only, and says whether that still works (advice)"
-        rows.append(f"| `{name}` | {check.points:g} | {check.hidden_points:g} | {split} |")
-    return "\n".join(rows)
 
 
 def _lab(args) -> int:

@@ -56,6 +56,7 @@ from .feedback import write_pages
 from .inbox import Submission, find_submissions, write_intake_report
 from .late import LatePolicy
 from .merged_course import merge_course
+from .paths import assignments
 from .record import recorded, remember_refusals, save_result, save_settings, saved_result, settings, store
 from .report import Result, shown, write_csv
 from .sandbox import unavailable_reason
@@ -88,6 +89,7 @@ def grade(
         )
     source, out = source.resolve(), out.resolve()  # nbgrader resolves paths against its course root
     work = out / "work"
+    new_folder = not out.exists()
     work.mkdir(parents=True, exist_ok=True)
     given = {"due": due, "late_penalty": late_penalty, "title": title, "limits": asdict(limits)}
     kept = {**settings(out), **{k: v for k, v in given.items() if v is not None}}
@@ -98,6 +100,10 @@ def grade(
         seed_file.write_text(str(secrets.randbits(31)))
     seed = int(seed_file.read_text())
     intake = find_submissions(source, work, known_students(out, kept.get("roster")))
+    if not (intake.submissions or intake.rejected):
+        if new_folder:  # nothing was graded: nothing is left behind
+            remove_tree(out)
+        raise SystemExit(_nothing_to_grade(source, intake.files))
     write_intake_report(out / "intake.csv", intake.files)
     if exports := Counter(s.lms for s in intake.submissions if s.lms):
         save_settings(out, {**kept, "lms": exports.most_common(1)[0][0]})
@@ -111,6 +117,15 @@ def grade(
         _end_batch(batch, "sandboxes were left by grading workers killed midway")
         (work / BATCH_RECORD).unlink()
     return report(out, intake.rejected)
+
+
+def _nothing_to_grade(source: Path, files) -> str:
+    """Why a source gave no notebook to grade, in one line and a few examples."""
+    examples = "".join(f"\n  {shown(f.path)}: {shown(f.detail or f.outcome)}" for f in files[:5])
+    return (
+        f"Nothing to grade in {source}: {len(files)} file(s), none a notebook of this course "
+        f"({', '.join(assignments())}); nothing was written.{examples}"
+    )
 
 
 def known_students(out: Path, roster: str | None) -> frozenset[str]:

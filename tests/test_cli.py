@@ -1,6 +1,7 @@
 """The student-side and listing subcommands of `course`."""
 
 import unicodedata
+import zipfile
 
 import nbformat
 
@@ -68,3 +69,31 @@ def test_grading_escapes_what_a_kernel_sends_in_every_log_file_and_the_terminal(
     assert "\\x1b]52;c;" in log  # the student's text is there, shown
     assert not any(line.startswith(FORGED) for line in log.splitlines())
     assert "\\x1b]52;c;" in (out / "work" / "runs" / "mallory" / "07_rmsnorm" / "kernel.log").read_text()
+
+
+def _grade_fails(source, out) -> str:
+    try:
+        main(["grade", str(source), "--out", str(out), "--no-sandbox"])
+    except SystemExit as stop:
+        return str(stop)
+    raise AssertionError("course grade ran on")
+
+
+def test_an_instructors_mistake_is_one_plain_line_and_writes_nothing(tmp_path):
+    """A wrong path, an OUT that is a file, and a source with no notebook (a zip of PDFs) each stop
+    the run before any work with a line that says what is wrong; no output folder is created."""
+    out = tmp_path / "out"
+    assert "no such folder or zip file" in _grade_fails(tmp_path / "Downloads" / "hw1.zip", out)
+    assert not out.exists()
+    taken = tmp_path / "grades.csv"
+    taken.write_text("a file")
+    assert "is a file: --out names a folder" in _grade_fails(tmp_path, taken)
+    assert taken.read_text() == "a file"
+    pdfs = tmp_path / "pdfs.zip"
+    with zipfile.ZipFile(pdfs, "w") as archive:
+        for name in ("ann_1_2_report.pdf", "bob_3_4_report.pdf"):
+            archive.writestr(name, b"%PDF-1.4 ...")
+    message = _grade_fails(pdfs, out)
+    assert message.startswith(f"Nothing to grade in {pdfs}: 2 file(s), none a notebook of this course")
+    assert "ann_1_2_report.pdf" in message and "nothing was written" in message
+    assert not out.exists()
