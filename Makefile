@@ -13,8 +13,8 @@ setup: $(STAMP)
 
 # bubblewrap (the grading sandbox), Chromium (for the browser test) and openssl (the certificate of
 # a `--dask local` run) come from Debian's packages when run as root; elsewhere install them
-# yourself (README, "Instructors"). Without bubblewrap the grader refuses to grade and the sandbox
-# tests are skipped, saying why.
+# yourself (docs/instructors.md, "Install"). Without bubblewrap the grader refuses to grade and
+# the sandbox tests are skipped, saying why.
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium openssl:openssl
 $(STAMP): pyproject.toml requirements.lock
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
@@ -44,8 +44,8 @@ notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/c
 lab: notebooks/.built
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course lab
 
-# What students get (README, "Releasing to students"), made from solutions/ into OUT, new or
-# empty; OUT must be given (its default is grading's output folder).
+# What students get (docs/instructors.md, "Release to students"), made from solutions/ into OUT,
+# new or empty; OUT must be given (its default is grading's output folder).
 release: release-out $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course release "$(OUT)"
 

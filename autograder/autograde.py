@@ -266,7 +266,8 @@ class Worker:
         if task.solutions != self.solutions:
             raise UnfitWorker(
                 f"the solutions/ of the grading worker in {self.scratch} differ from those of the batch: "
-                "each worker needs the same version of the course (README, Instructors)"
+                "each worker needs the same version of the course "
+                '(docs/grading-at-scale.md, "On a cluster of your own machines")'
             )
         run = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
         try:

@@ -161,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run students' code unconfined, as you (only where bubblewrap is missing, for trusted work)",
     )
-    p.add_argument("--roster", help="the class list (plain id,name CSV, or the LMS's own export: README)")
+    p.add_argument(
+        "--roster",
+        help="the class list (plain id,name CSV, or the LMS's own export: docs/rosters-and-uploads.md)",
+    )
     p.add_argument("--due", help="due date and time, e.g. 2026-11-20T23:59 (local time; kept in OUT)")
     p.add_argument(
         "--late-penalty", help="none (default), zero, or a percentage per started day, e.g. 10%%/day"
@@ -177,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--dask",
         metavar="ADDRESS",
-        help="grade on a Dask cluster: its scheduler's address (tcp://host:8786), or local[:N] for N worker "
-        "processes here (README, Grading on a Dask cluster); --jobs is then not used",
+        help="grade on a Dask cluster: its scheduler's address (tls://host:8786), or local[:N] for N worker "
+        "processes here (docs/grading-at-scale.md); --jobs is then not used",
     )
     p.set_defaults(func=_grade)
 

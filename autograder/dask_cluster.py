@@ -5,7 +5,7 @@ ADDRESS is a Dask scheduler's (`tls://host:8786`), whose workers may run on othe
 worker grades one notebook at a time with autograde.Worker: it needs the course installed (the same
 version: a worker with other solutions stops the batch) and bubblewrap, nothing else. A notebook
 travels to it as bytes with its task, what grading it gave comes back as data, and only the batch's
-process writes the output folder (README, "Grading on a Dask cluster").
+process writes the output folder (docs/grading-at-scale.md).
 
 A local cluster speaks mutual TLS only, with a certificate made for the run, and serves no HTTP: no
 process without the run's key can reach it (docs/grading-at-scale.md, "Who can reach a local
@@ -183,7 +183,7 @@ class DaskCluster:
                     "run code on the workers and read the notebooks; use TLS (docs/grading-at-scale.md)",
                     file=sys.stderr,
                 )
-            threads, shared = 1, None  # one math thread per kernel: run a worker per core (README)
+            threads, shared = 1, None  # one math thread per kernel: run a worker per core
         try:
             self.client.register_plugin(
                 CourseWorker(pack_template(template), threads, shared), name=CourseWorker.name

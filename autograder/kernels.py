@@ -10,8 +10,8 @@ a root, a process group and namespaces (processes, network, IPC, mounts) of its 
 the notebook graded while it waited can reach it (tests/test_grading.py grades a notebook that
 leaves files, processes and module state behind, then one that looks for them).
 
-What it costs: a second kernel per worker, idle with torch imported, while the first runs (README,
-"Measured").
+What it costs: a second kernel per worker, idle with torch imported, while the first runs
+(benchmarks/README.md, "Class throughput").
 """
 
 import atexit

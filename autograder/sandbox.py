@@ -10,8 +10,8 @@ rlimits on memory (address space), CPU time and file size; where the machine has
 process group of its own caps its processes and memory as a whole and gives it an equal share
 of the processor (autograder/cgroup.py).
 
-What it costs and how much memory the notebooks need: README, "How grading resists cheating" and
-"Measured".
+What it guards against: docs/security.md. What it costs and how much memory the notebooks need:
+benchmarks/README.md, "Grading overhead" and "Sandbox memory".
 """
 
 import os

@@ -11,7 +11,8 @@ from autograder.sandbox import unavailable_reason
 
 SANDBOX_MISSING = unavailable_reason()
 needs_sandbox = pytest.mark.skipif(
-    bool(SANDBOX_MISSING), reason=f"no grading sandbox here: {SANDBOX_MISSING} (README, Instructors)"
+    bool(SANDBOX_MISSING),
+    reason=f"no grading sandbox here: {SANDBOX_MISSING} (docs/instructors.md, 'Install')",
 )
 
 

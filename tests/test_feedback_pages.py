@@ -127,8 +127,8 @@ def test_a_question_is_named_by_the_checks_its_cell_calls():
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
 def test_formgrader_lists_the_graded_class(pages, tmp_path):
-    """JupyterLab started in OUT/course, as the README says: formgrader lists the assignment and the
-    student the batch graded."""
+    """JupyterLab started in OUT/course, as docs/instructors.md, "Hand grading" says: formgrader lists
+    the assignment and the student the batch graded."""
     course = pages["course"].parents[3]
     with running_lab(course, cwd=course) as (base, token):
         status, output = browse(f"{base}/formgrader?token={token}", tmp_path / "formgrader.png", "formgrader")

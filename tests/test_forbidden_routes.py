@@ -195,7 +195,8 @@ def test_what_a_question_allows_stays_allowed():
 
 def test_a_library_function_of_ordinary_operations_is_refused_by_its_names_alone():
     """On a CPU, rms_norm computes with pow, mean, rsqrt and mul: nothing of its own to refuse at the
-    operations' level (the README says so), while its names are (tests/test_guards.py)."""
+    operations' level (docs/security.md, "What is not covered"), while its names are
+    (tests/test_guards.py)."""
     assert not forbidden_operations(CHECKS["07.rmsnorm"].forbidden_uses)
 
 

@@ -11,7 +11,6 @@ from nbgrader.utils import determine_grade
 
 from autograder.api import VISIBLE_SEED, live_expectations, make_cases
 from autograder.checks import CHECKS
-from autograder.cli import points_table
 from autograder.core import (
     Case,
     Check,
@@ -25,7 +24,6 @@ from autograder.core import (
     judge,
     run_stage,
 )
-from autograder.paths import REPO
 from autograder.preprocessors import _outputs
 
 CORE, BFLOAT16, ADVICE = "float32 x", "bfloat16 x", "T = 1"
@@ -289,10 +287,3 @@ def test_every_output_has_a_description_and_every_case_a_known_concern(name):
         assert keys <= set(check.outputs), f"{name}: no description for {sorted(keys - set(check.outputs))}"
     else:
         assert check.outputs, f"{name}: its outputs need descriptions"
-
-
-def test_the_readme_states_the_points_as_the_checks_give_them():
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("<!-- points table:")
-    table = readme[readme.index("\n", start) + 1 : readme.index("<!-- end of points table -->")].strip()
-    assert table == points_table(), "run `course list --points` and paste its table into the README"

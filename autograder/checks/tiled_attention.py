@@ -8,7 +8,8 @@ while it runs (`LargestIntermediate`, a dispatch mode that sees every ATen opera
 inside torch's own Python functions too). The result itself and views of the inputs do not count:
 what counts is the working memory. Those measurements are made inside the student's kernel and
 sent back like the outputs (`Check.measured`): a kernel that forges them can earn the memory
-concern, and only that, with an answer that is right at every length measured (see the README).
+concern, and only that, with an answer that is right at every length measured (docs/security.md,
+"What is not covered").
 """
 
 import math
