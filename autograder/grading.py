@@ -11,7 +11,9 @@ A submission's path, a module for each step:
 Layout of OUT (an instructor's record: each run merges into it, see record.py):
     grades.csv                       one row per student and notebook (report.py)
     report.html                      the class report: scores, pass rates, the mistakes made (class_report.py)
-    totals.csv, upload/              one row per student, and the files to upload to the LMS (roster.py)
+    totals.csv, upload/              one row per student, and the files to upload to the LMS (roster.py):
+                                     the grades, and the feedback pages as the LMS takes them back
+                                     (feedback_return.py)
     intake.csv                       every file of the last source, and what became of it (inbox.py)
     course/                          one nbgrader course with every graded submission, for
                                      formgrader and `nbgrader export` (merged_course.py)
@@ -53,6 +55,7 @@ from .class_report import write_class_report
 from .dispatch import Batch, LocalPool
 from .exchange import remove_tree
 from .feedback import write_pages
+from .feedback_return import write_feedback_bundles
 from .inbox import Submission, find_submissions, write_intake_report
 from .late import LatePolicy
 from .merged_course import merge_course
@@ -152,6 +155,8 @@ def _to_grade(
                 "name": submission.name,
                 "late": submission.late,
                 "submitted_at": submission.submitted_at,
+                "origin": submission.origin,
+                "lms": submission.lms,
             }
             if (result := replace(saved[0], **intake)) != saved[0]:
                 save_result(out, result, digest)
@@ -216,6 +221,7 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     write_pages(out, rows, config)
     write_class_report(out / "report.html", rows)
     write_totals(out, rows, class_list, kept.get("lms", ""), kept.get("title"))
+    write_feedback_bundles(out, rows)
     for note in notes:
         print(f"note: {shown(note)}", file=sys.stderr)
     return rows
@@ -242,8 +248,8 @@ def _start_batch(work: Path) -> Batch:
         print(
             f"warning: each sandbox cannot get a process group of its own here ({why}). "
             "A notebook that forks without end or fills the memory with many processes is stopped only by "
-            "the time limit and can slow the others down; grade untrusted classes with --jobs 1 (README, "
-            "not covered).",
+            "the time limit and can slow the others down; grade untrusted classes with --jobs 1 "
+            '(docs/security.md, "What is not covered").',
             file=sys.stderr,
         )
         group = ""

@@ -102,7 +102,12 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
             return saved[0]
         digest = ""
     result = replace(
-        graded.result, name=submission.name, late=submission.late, submitted_at=submission.submitted_at
+        graded.result,
+        name=submission.name,
+        late=submission.late,
+        submitted_at=submission.submitted_at,
+        origin=submission.origin,
+        lms=submission.lms,
     )
     intake = [f"[course] graded file: {submission.origin}"] if submission.origin else []
     log = "\n".join(intake + [f"[course] {line}" for line in submission.note.splitlines()] + [graded.log])

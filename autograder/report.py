@@ -32,6 +32,8 @@ class Result:
     submitted_at: str = ""  # ISO 8601, where the export says when
     penalty: float | None = None  # the late penalty taken off `score`
     questions: tuple[tuple[str, float], ...] = ()  # each test cell's score, by what it grades
+    origin: str = ""  # the graded file's path in the source (an LMS's download name); not a column
+    lms: str = ""  # the LMS whose export it came from ("" for the plain layouts); not a column
     # Each test's verdict as data (core.Verdict.record), for the class report; not a column
     checks: tuple[dict, ...] = field(default=(), compare=False)
 

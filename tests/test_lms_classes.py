@@ -12,6 +12,7 @@ import csv
 import os
 import re
 import subprocess
+import zipfile
 from datetime import datetime
 from pathlib import Path
 
@@ -228,9 +229,16 @@ def test_hand_grades_survive_a_partial_regrade_of_a_canvas_class(graded_export, 
 @needs_sandbox
 def test_every_feedback_page_shows_the_score_of_its_row(graded_export):
     """The page a student gets says what grades.csv and the upload say: the final score after the
-    late penalty, the penalty named; on the Canvas class (graded again after the hand grades
-    above), the score given by hand named beside the checks' and the comment shown."""
-    lms, _, out, _ = graded_export
+    late penalty, the penalty named; on the Canvas class, after a grade and a comment given by hand
+    and the next run, the score given by hand named beside the checks' and the comment shown."""
+    lms, _, out, archive = graded_export
+    if lms == "canvas":
+        ann = str(STUDENTS["ann"].canvas)
+        with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gradebook:  # as in formgrader
+            gradebook.find_grade("rmsnorm_norm_test", "07_rmsnorm", "07_rmsnorm", ann).manual_score = 1.5
+            gradebook.find_comment("rmsnorm", "07_rmsnorm", "07_rmsnorm", ann).manual_comment = "see me"
+            gradebook.db.commit()
+        _make_grade(archive, out)  # nothing changed to grade: the record's reports and pages again
     for row in _csv(out / "grades.csv"):
         page = out / "feedback" / row["student"] / f"{row['notebook']}.html"
         if row["status"] != "graded":
@@ -243,6 +251,52 @@ def test_every_feedback_page_shows_the_score_of_its_row(graded_export):
         assert float(heading.group(3)) == float(row["max_score"]), row
         assert ("Late submission penalty" in html) == bool(float(row["penalty"] or 0)), row
     if lms == "canvas":
-        ann = out / "feedback" / str(STUDENTS["ann"].canvas) / "07_rmsnorm.html"
-        html = ann.read_text()
+        html = (out / "feedback" / ann / "07_rmsnorm.html").read_text()
         assert "score given by hand; the checks gave 2.0" in html and "see me" in html
+
+
+def _canvas_reads(name: str) -> tuple[str, str]:
+    """(user id, attachment id) as Canvas's Re-Upload Submissions reads a file name: the first two
+    parts of the base name, split at "_", made of digits."""
+    user, attachment = [part for part in Path(name).name.split("_") if part.isdigit()][:2]
+    return user, attachment
+
+
+def _moodle_reads(name: str) -> tuple[str, str, str]:
+    """(participant id, plugin, file) as Moodle's "Upload multiple feedback files in a zip" reads a
+    path: the folder split at "_" into fullname_participantid_plugintype_pluginname[_]."""
+    folder, _, file = name.partition("/")
+    parts = folder.split("_", 4)
+    assert len(parts) >= 4 and parts[1].isdigit(), name
+    return parts[1], f"{parts[2]}_{parts[3]}", file
+
+
+@needs_sandbox
+def test_feedback_returns_through_the_lms_under_the_names_it_reads(graded_export):
+    """Canvas's bundle names each page as the export named the file it answers; Moodle's puts each
+    in the participant's folder; each page is the student's page, and nothing else is in them."""
+    lms, export, out, _ = graded_export
+    rows = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv") if r["status"] == "graded"}
+    bundles = {p.name for p in (out / "upload").glob("*-feedback.zip")}
+    assert bundles == ({f"{lms}-feedback.zip"} if lms in ("canvas", "moodle") else set()), bundles
+    if not bundles:
+        return
+    with zipfile.ZipFile(out / "upload" / f"{lms}-feedback.zip") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    downloaded = {Path(path).name for path, outcome in export.outcomes.items() if outcome == "graded"}
+    graded_as = {
+        Path(r["path"]).name: r["notebook"] for r in _csv(out / "intake.csv") if r["outcome"] == "graded"
+    }
+    returned = set()
+    for name, page in entries.items():
+        if lms == "canvas":
+            assert name in downloaded, name  # the download's own name, in its place
+            student, _ = _canvas_reads(name)
+            notebook = graded_as[name]
+        else:
+            student, plugin, file = _moodle_reads(name)
+            assert plugin == "assignsubmission_file" and file.endswith("-feedback.html"), name
+            notebook = file.removesuffix("-feedback.html")
+        assert page == (out / "feedback" / student / f"{notebook}.html").read_bytes(), name
+        returned.add((student, notebook))
+    assert returned == set(rows), lms
