@@ -28,12 +28,15 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
 from .cells import grade_id, nbgrader_meta
-from .feedback import question
+from .feedback import NBGRADER_TEMPLATES, TEMPLATES, question
 from .late import LatePolicy
 from .paths import source_notebook
 from .record import GRADES_FILE, HandGrades
 from .report import Result
 
+# Before nbgrader's: its base/mathjax.html.j2 replaces nbconvert's, which loads MathJax from a CDN, in
+# the pages formgrader renders; so formgrader works with no network (the template says how).
+FORMGRADER_TEMPLATES = TEMPLATES / "formgrader"
 GRADED_FILES = ".graded_sha256.json"  # in OUT/course: the hash of each submission file it holds
 # (grade fields, comment fields) that the grader fills
 AUTOMATIC = (("auto_score", "manual_score", "needs_manual_grade"), ("auto_comment",))
@@ -308,9 +311,11 @@ def _give(merged: Gradebook, kind: str, cell: str, result: Result, given: dict) 
 
 
 def _config_file(config) -> str:
+    """The grading config, and formgrader's MathJax from the Jupyter server rather than a CDN."""
     lines = [
         "# The configuration `course grade` graded this batch with (written by it).",
         "c = get_config()  # noqa",
+        f"c.HTMLExporter.extra_template_basedirs = {[str(FORMGRADER_TEMPLATES), str(NBGRADER_TEMPLATES)]!r}",
     ]
     return "\n".join(lines + _config_lines("c", config)) + "\n"
 

@@ -8,6 +8,9 @@ SCENARIO "release" (notebook 07 as released, answered with a known mistake): Run
     first check, which names the mistake; run the hint widget's cell by hand, click through the
     hints, and Show solution says that the release holds none.
 SCENARIO "formgrader" (URL: a graded course's /formgrader): the assignment and its student are listed.
+SCENARIO "hand grade" (URL: formgrader's page of one submission, with no network beyond the server):
+    MathJax loads from the server, a score of 1.5 goes into the first test cell and "see me" into
+    the first comment; any script error or request beyond the server fails the session.
 
 Run as its own process by test_browser.py, which kills it (and its Chromium) past a time
 limit: a browser that hangs must fail the test, not stall the suite.
@@ -76,6 +79,32 @@ def formgrader(page, url: str, screenshot: str) -> None:
     page.get_by_text("ann").first.wait_for(timeout=60_000)
 
 
+def hand_grade(page, url: str, screenshot: str) -> None:
+    """A score and a comment typed into formgrader as an instructor does, offline."""
+    origin = re.match(r"https?://[^/]+", url).group()
+    outside, errors = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route(
+        lambda address: not address.startswith(origin),
+        lambda route: (outside.append(route.request.url), route.abort()),
+    )
+    token = re.search(r"token=(\w+)", url).group(1)
+    page.goto(f"{origin}/formgrader?token={token}")  # logs in: formgrader's own requests carry no token
+    page.goto(url)
+    page.locator("input.score").first.wait_for(timeout=60_000)
+    page.wait_for_load_state("networkidle")
+    if page.evaluate("() => typeof window.MathJax") != "object":
+        raise AssertionError("MathJax did not load from the server")
+    page.locator("input.score").first.fill("1.5")
+    page.keyboard.press("Tab")
+    page.locator("textarea.comment").first.fill("see me")
+    page.keyboard.press("Tab")
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1000)  # formgrader saves on change, by a request of its own
+    if errors or outside:
+        raise AssertionError(f"script errors {errors}, requests beyond the server {outside}")
+
+
 SCENARIOS = {
     "hints": click_hints_then_solution,
     "playground": train_in_playground,
@@ -114,6 +143,8 @@ def main(url: str, screenshot: str, scenario: str) -> None:
         try:
             if scenario == "formgrader":
                 formgrader(page, url, screenshot)
+            elif scenario == "hand grade":
+                hand_grade(page, url, screenshot)
             else:
                 run_notebook(page, url, scenario)
                 SCENARIOS[scenario](page)

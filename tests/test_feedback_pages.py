@@ -6,6 +6,7 @@ written into the page: one file, read offline and handed out alone, runs no scri
 holds for the page that nbgrader's own generate_feedback writes in OUT/course (one folder deeper).
 """
 
+import csv
 import json
 import re
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader.api import Gradebook
 
 from autograder import grading
 from autograder.checks import CHECKS
@@ -134,3 +136,23 @@ def test_formgrader_lists_the_graded_class(pages, tmp_path):
         status, output = browse(f"{base}/formgrader?token={token}", tmp_path / "formgrader.png", "formgrader")
     assert status == 0, output[-3000:]
     assert (tmp_path / "formgrader-assignments.png").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
+def test_formgrader_offline_saves_a_hand_grade_that_the_next_run_reports(pages, tmp_path):
+    """Formgrader opened on OUT/course with no network beyond the Jupyter server (nbconvert's pages
+    load MathJax from a CDN, and without it formgrader's script stops): a score and a comment given
+    through the page reach grades.csv and the student's page at the next run."""
+    course = pages["course"].parents[3]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, STUDENT).id
+    with running_lab(course, cwd=course) as (base, token):
+        url = f"{base}/formgrader/submissions/{submission}/?index=0&token={token}"
+        status, output = browse(url, tmp_path / "hand-grade.png", "hand grade")
+    assert status == 0, output[-3000:]
+    [row] = grading.report(course.parent)
+    assert dict(row.questions)["07.rmsnorm_norm (visible cases)"] == 1.5
+    with (course.parent / "grades.csv").open() as file:
+        assert next(csv.DictReader(file))["07.rmsnorm_norm (visible cases)"] == "1.5"
+    page = pages["batch"].read_text()
+    assert "score given by hand" in page and "see me" in page
