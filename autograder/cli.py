@@ -18,7 +18,8 @@ def _build(args) -> int:
 
     if not args.check:
         build(only=args.assignments)
-        print("built notebooks/, images/, autograder/expected/ and the checkpoint from solutions/")
+        print("built notebooks/, images/, autograder/expected/, the checkpoint and the points table in docs/")
+        print("from solutions/ (files whose content did not change were left as they were)")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(tmp), checkpoint=False)  # its floats depend on the CPU: tests/test_transformer.py
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--due", help="due date and time, e.g. 2026-11-20T23:59 (local time; kept in OUT)")
     p.add_argument(
-        "--late-penalty", help="none (default), zero, or a percentage per started day, e.g. 10%%/day"
+        "--late-penalty",
+        help="none (default), zero, or a percentage per started day, e.g. 10%%/day; on Canvas, use this "
+        "or Canvas's own late policy, never both (late work would lose points twice)",
     )
     p.add_argument(
         "--title", help="the grade column's title in the LMS upload (Canvas: 'Name (assignment id)')"
