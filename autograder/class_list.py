@@ -108,5 +108,5 @@ def _total(student: str, rows: dict[str, Result], notebooks: list[str], full: di
         return Total(student, None, max_score, "incomplete: " + ", ".join(open_), scores)
     absent = [n for n in notebooks if n not in rows or rows[n].status == "missing"]
     score = sum(r.final_score or 0 for r in handed_in)
-    status = f"complete; no submission for {', '.join(absent)} (counted 0)" if absent else "complete"
+    status = f"partial: no submission for {', '.join(absent)} (each counted 0)" if absent else "complete"
     return Total(student, score, max_score, status, scores)

@@ -56,7 +56,7 @@ from .dispatch import Batch, LocalPool
 from .exchange import remove_tree
 from .feedback import write_pages
 from .feedback_return import write_feedback_bundles
-from .inbox import Submission, find_submissions, write_intake_report
+from .inbox import IntakeFile, Submission, find_submissions, write_intake_report
 from .late import LatePolicy
 from .merged_course import merge_course
 from .paths import assignments
@@ -119,7 +119,20 @@ def grade(
     finally:
         _end_batch(batch, "sandboxes were left by grading workers killed midway")
         (work / BATCH_RECORD).unlink()
+    write_intake_report(out / "intake.csv", _as_graded(intake.files, out))
     return report(out, intake.rejected)
+
+
+def _as_graded(files: list[IntakeFile], out: Path) -> list[IntakeFile]:
+    """The intake's list with each file taken for grading that could not be graded marked `failed`,
+    with the reason, as its row of grades.csv is."""
+    listed = []
+    for file in files:
+        saved = saved_result(out, file.student, file.notebook) if file.outcome == "graded" else None
+        if saved and saved[0].status == "failed":
+            file = replace(file, outcome="failed", detail=saved[0].reason)
+        listed.append(file)
+    return listed
 
 
 def _nothing_to_grade(source: Path, files) -> str:

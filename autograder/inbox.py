@@ -53,7 +53,9 @@ class Submission:
 @dataclass(frozen=True)
 class IntakeFile:
     path: str  # the file's path in the source
-    outcome: str  # "graded", "superseded" (an older attempt), "read" (metadata used), "ignored", "refused"
+    # "graded", "failed" (taken for grading, not gradable: grades.csv says why), "superseded" (an older
+    # attempt), "read" (metadata used), "ignored", "refused"
+    outcome: str
     student: str = ""
     notebook: str = ""
     detail: str = ""  # why, in words

@@ -48,7 +48,9 @@ class Total:
     student: str
     score: float | None  # the total to upload; None: upload nothing for this student
     max_score: float
-    status: str  # "complete", "missing" (no submission at all), or "incomplete: <why>"
+    # "complete", "partial: <notebooks not handed in, counted 0>", "missing" (no submission at all),
+    # or "incomplete: <why>" (a notebook failed or awaits hand grading: no total is uploaded)
+    status: str
     notebooks: tuple[tuple[str, float | None], ...]  # each notebook's score (None: missing or failed)
 
 

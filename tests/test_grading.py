@@ -286,7 +286,11 @@ def graded(tmp_path_factory):
 
 @needs_sandbox
 def test_every_score_and_status(graded):
-    expected, rows, *_ = graded
+    expected, rows, out, *_ = graded
+    with (out / "intake.csv").open() as f:
+        listed = {(r["student"], r["notebook"]): r for r in csv.DictReader(f) if r["student"]}
+    broken = listed["broken-json", "04_rope"]  # taken for grading, then not readable: not "graded"
+    assert (broken["outcome"], broken["detail"]) == ("failed", rows["broken-json", "04_rope"]["reason"])
     assert set(rows) == set(expected)
     for key, (score, status, reason) in expected.items():
         row = rows[key]
