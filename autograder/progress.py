@@ -2,7 +2,9 @@
 
 Each question's labels are written once, in the source notebook, on a line under its heading:
 
-    > **Difficulty** 🔴🔴⚪⚪⚪ · **Importance** 🔵🔵🔵🔵⚪ · **about 20 min**
+    > **Difficulty** ●●○○○ · **Importance** ★★★★☆ · **about 20 min**
+
+(Characters every font has: a colour-emoji font is not installed everywhere a page is read.)
 
 A question is a labelled markdown cell and the visible checks whose test cells follow it, up to
 the next labelled cell. `course build` stores every notebook's questions in
@@ -34,7 +36,7 @@ from .report import shown
 
 QUESTIONS = EXPECTED / "questions.json"
 LABEL = re.compile(
-    r"^> \*\*Difficulty\*\* (🔴*)(⚪*) · \*\*Importance\*\* (🔵*)(⚪*) · \*\*about (\d+) min\*\*$", re.M
+    r"^> \*\*Difficulty\*\* (●*)(○*) · \*\*Importance\*\* (★*)(☆*) · \*\*about (\d+) min\*\*$", re.M
 )
 # The head of a verdict as a check prints it ("[07.rmsnorm] passed (1/1):") and as a failed
 # check's error shows it ("CheckFailed: [07.rmsnorm] FAILED (0.75/1):").

@@ -16,7 +16,7 @@ from autograder.student import main
 
 from .submissions import mistake, mutant, perfect, release
 
-LABEL = "> **Difficulty** 🔴🔴⚪⚪⚪ · **Importance** 🔵🔵🔵🔵⚪ · **about 20 min**"
+LABEL = "> **Difficulty** ●●○○○ · **Importance** ★★★★☆ · **about 20 min**"
 TEST = ("test", 'check("07.rmsnorm", F)')
 UNREADABLE = "> **Difficulty** 2 · **Importance** 4 · **about 5 min**"
 
@@ -61,8 +61,8 @@ def test_a_label_is_read_from_under_its_heading():
         ((("md", f"## Q\n\n{LABEL}"), ("md", f"## R\n\n{LABEL}"), TEST), "no visible"),
         ((("md", f"## Q\n\n{LABEL}"),), "has no visible check"),
         ((("md", f"## Q\n\n{UNREADABLE}"),), "does not read as"),
-        ((("md", f"## Q\n\n{UNREADABLE.replace('2', '🔴🔴').replace('4', '🔵')}"),), "five symbols"),
-        ((("md", f"## Q\n\n{LABEL.replace('⚪⚪⚪ ·', '⚪⚪⚪⚪ ·', 1)}"),), "five symbols"),
+        ((("md", f"## Q\n\n{UNREADABLE.replace('2', '●●').replace('4', '★')}"),), "five symbols"),
+        ((("md", f"## Q\n\n{LABEL.replace('○○○ ·', '○○○○ ·', 1)}"),), "five symbols"),
         ((("md", f"## Q\n\n{LABEL}\n\n{LABEL}"),), "2 label lines"),
     ],
     ids=[
