@@ -112,7 +112,8 @@ def summary_line(r: Result) -> str:
     """One row of grades.csv for the terminal; names and reasons come from students, hence `shown`
     (a name with a newline or an escape code would otherwise forge or rewrite lines)."""
     score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
-    return f"{shown(r.student):<20} {shown(r.notebook):<14} {r.status:<21} {score:>8} {shown(r.reason)}"
+    who = f"{r.student} ({r.name})" if r.name else r.student
+    return f"{shown(who):<32} {shown(r.notebook):<14} {r.status:<21} {score:>8} {shown(r.reason)}"
 
 
 def _list(args) -> int:

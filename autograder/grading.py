@@ -93,11 +93,12 @@ def grade(
     source, out = source.resolve(), out.resolve()  # nbgrader resolves paths against its course root
     work = out / "work"
     new_folder = not out.exists()
-    work.mkdir(parents=True, exist_ok=True)
     given = {"due": due, "late_penalty": late_penalty, "title": title, "limits": asdict(limits)}
     kept = {**settings(out), **{k: v for k, v in given.items() if v is not None}}
-    LatePolicy.parse(kept.get("due"), kept.get("late_penalty"))  # a wrong flag stops the run here
+    # A wrong flag or an unreadable roster stops the run here, before anything is written.
+    LatePolicy.parse(kept.get("due"), kept.get("late_penalty"))
     kept = save_settings(out, {**kept, "roster": keep_roster(out, roster) or kept.get("roster")})
+    work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "case_seed"
     if not seed_file.exists():
         seed_file.write_text(str(secrets.randbits(31)))

@@ -2,13 +2,14 @@
 
 import unicodedata
 import zipfile
+from dataclasses import replace
 
 import nbformat
 
 from autograder.cells import grade_id
 from autograder.checks import CHECKS
-from autograder.cli import main
-from autograder.report import UNPRINTABLE
+from autograder.cli import main, summary_line
+from autograder.report import UNPRINTABLE, Result
 
 from .machine import needs_sandbox
 from .submissions import perfect, release, solution_sources, with_answer
@@ -71,19 +72,26 @@ def test_grading_escapes_what_a_kernel_sends_in_every_log_file_and_the_terminal(
     assert "\\x1b]52;c;" in (out / "work" / "runs" / "mallory" / "07_rmsnorm" / "kernel.log").read_text()
 
 
-def _grade_fails(source, out) -> str:
+def _grade_fails(source, out, *flags: str) -> str:
     try:
-        main(["grade", str(source), "--out", str(out), "--no-sandbox"])
+        main(["grade", str(source), "--out", str(out), "--no-sandbox", *flags])
     except SystemExit as stop:
         return str(stop)
     raise AssertionError("course grade ran on")
 
 
 def test_an_instructors_mistake_is_one_plain_line_and_writes_nothing(tmp_path):
-    """A wrong path, an OUT that is a file, and a source with no notebook (a zip of PDFs) each stop
-    the run before any work with a line that says what is wrong; no output folder is created."""
+    """A wrong path, an OUT that is a file, a wrong flag, an unreadable roster and a source with no
+    notebook (a zip of PDFs) each stop the run before any work with a line that says what is wrong;
+    no output folder is created."""
     out = tmp_path / "out"
     assert "no such folder or zip file" in _grade_fails(tmp_path / "Downloads" / "hw1.zip", out)
+    for flags, said in [
+        (["--due", "tomorrow"], "--due 'tomorrow': not a date and time"),
+        (["--late-penalty", "10"], "--late-penalty '10': write none, zero, or a percentage per day"),
+        (["--roster", str(tmp_path / "nope.csv")], "nope.csv: cannot read the roster"),
+    ]:
+        assert said in _grade_fails(tmp_path, out, *flags)
     assert not out.exists()
     taken = tmp_path / "grades.csv"
     taken.write_text("a file")
@@ -97,3 +105,9 @@ def test_an_instructors_mistake_is_one_plain_line_and_writes_nothing(tmp_path):
     assert message.startswith(f"Nothing to grade in {pdfs}: 2 file(s), none a notebook of this course")
     assert "ann_1_2_report.pdf" in message and "nothing was written" in message
     assert not out.exists()
+
+
+def test_a_row_for_the_terminal_names_the_student():
+    row = Result("48211", "07_rmsnorm", None, None, "failed", "not a readable notebook", name="Ann O'Neil")
+    assert summary_line(row).startswith("48211 (Ann O'Neil) ")
+    assert summary_line(replace(row, name="")).startswith("48211 ")
