@@ -1,5 +1,7 @@
-"""The student-side and listing subcommands of `course`."""
+"""The subcommands of `course`: the student's and listing ones, and what `course grade` says at once."""
 
+import subprocess
+import sys
 import unicodedata
 import zipfile
 from dataclasses import replace
@@ -8,6 +10,7 @@ import nbformat
 
 from autograder.cells import grade_id
 from autograder.checks import CHECKS
+from autograder.class_list import _total
 from autograder.cli import main, summary_line
 from autograder.report import UNPRINTABLE, Result
 
@@ -111,3 +114,20 @@ def test_a_row_for_the_terminal_names_the_student():
     row = Result("48211", "07_rmsnorm", None, None, "failed", "not a readable notebook", name="Ann O'Neil")
     assert summary_line(row).startswith("48211 (Ann O'Neil) ")
     assert summary_line(replace(row, name="")).startswith("48211 ")
+
+
+def test_the_command_line_parses_its_arguments_before_importing_torch():
+    """`course --help` and an instructor's mistake answer at once: torch (seconds to import on a
+    loaded machine) is imported only by the commands that run checks or grade."""
+    probe = "import sys, autograder.cli; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_a_total_with_notebooks_not_handed_in_is_partial_not_complete():
+    rows = {"04_rope": Result("ann", "04_rope", 9.0, 9.0, "graded")}
+    total = _total("ann", rows, ["04_rope", "07_rmsnorm", "09_kv_cache"], {"04_rope": 9.0, "07_rmsnorm": 6.0})
+    assert (total.score, total.status) == (
+        9.0,
+        "partial: no submission for 07_rmsnorm, 09_kv_cache (each counted 0)",
+    )
