@@ -246,7 +246,8 @@ def write_pages(out: Path, rows: list[Result], course_config: Config) -> None:
 def _shown(row: Result, hand: dict | None, automatic: Path) -> str:
     """What a page generated from OUT/course shows beyond grading's own page: its scores, its hand
     grades and comments, the penalty, and that page (the file graded and the template)."""
-    shown = [row.score, row.max_score, row.penalty, row.questions, hand, _digest(automatic)]
+    template = [_digest(path) for path in sorted((TEMPLATES / TEMPLATE).iterdir())]
+    shown = [row.score, row.max_score, row.penalty, row.questions, hand, _digest(automatic), template]
     return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -104,8 +104,12 @@ def test_a_formula_keeps_only_mathml_and_what_cannot_be_written_stays_text():
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make setup installs it as root)")
 def test_in_a_browser_offline_the_maths_is_drawn_and_verdicts_wrap(pages, tmp_path):
+    """Each page handed out alone: copied into a folder of its own, opened with no network."""
+    alone = tmp_path / "handed-out"
+    alone.mkdir()
+    copies = [shutil.copyfile(page, alone / f"{which}-{page.name}") for which, page in pages.items()]
     done = subprocess.run(
-        [sys.executable, str(CANARY), "--read", f"--screenshots={tmp_path}", *map(str, pages.values())],
+        [sys.executable, str(CANARY), "--read", f"--screenshots={tmp_path}", *map(str, copies)],
         capture_output=True,
         text=True,
         timeout=180,
