@@ -21,6 +21,7 @@ import hashlib
 import html
 import json
 import shutil
+import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from traitlets.config import Config
 
 from .cells import check_calls, grade_id, is_test_cell
 from .record import AUTOMATIC_PAGE, HandGrades
-from .report import Result
+from .report import Result, shown, shown_lines
 
 TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = "course_feedback"  # its conf.json names nbgrader's "feedback" as its base
@@ -233,14 +234,30 @@ def write_pages(out: Path, rows: list[Result], course_config: Config) -> None:
         for row, run, key in to_generate:
             made = api.generate_feedback(row.notebook, row.student, force=True)
             generated = out / "course" / "feedback" / row.student / row.notebook / f"{row.notebook}.html"
-            if not (made["success"] and generated.exists()):
-                raise RuntimeError(
-                    f"no feedback page for {row.student}/{row.notebook}:\n{made.get('log', '')}"
-                )
-            shutil.copyfile(generated, run / FINAL_PAGE)
-            (run / FINAL_PAGE_KEY).write_text(key)
+            if made["success"] and generated.exists():
+                shutil.copyfile(generated, run / FINAL_PAGE)
+                (run / FINAL_PAGE_KEY).write_text(key)
+                continue
+            # Never grading's page, whose score is not the grade; the next run tries again.
+            log = made.get("log") or ""
+            print(
+                f"warning: {shown(row.student)}/{row.notebook}: no feedback page could be made from "
+                f"OUT/course; the student's page gives the score alone:\n{shown_lines(log)[-2000:]}",
+                file=sys.stderr,
+            )
+            (run / FINAL_PAGE).write_text(_score_only_page(row))
+            (run / FINAL_PAGE_KEY).unlink(missing_ok=True)
     for source, page in final:
         _publish(source, page)
+
+
+def _score_only_page(row: Result) -> str:
+    score = f"{row.final_score:g} / {row.max_score:g}" if row.score is not None else "none"
+    return (
+        f"<!doctype html><title>{html.escape(row.notebook)}</title>"
+        f"<h1>{html.escape(row.notebook)}: {score}</h1>"
+        "<p>The page with each check's verdict could not be made; please ask your instructor.</p>"
+    )
 
 
 def _shown(row: Result, hand: dict | None, automatic: Path) -> str:

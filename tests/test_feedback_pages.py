@@ -17,11 +17,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from traitlets.config import Config
 
-from autograder import grading
+from autograder import feedback, grading
 from autograder.checks import CHECKS
 from autograder.feedback import mathml, question
 from autograder.reference import assignment_of, mistakes
+from autograder.report import Result
 
 from .feedback import page_text
 from .jupyter_server import browse, running_lab
@@ -160,3 +162,25 @@ def test_formgrader_offline_saves_a_hand_grade_that_the_next_run_reports(pages, 
         assert next(csv.DictReader(file))["07.rmsnorm_norm (visible cases)"] == "1.5"
     page = pages["batch"].read_text()
     assert "score given by hand" in page and "see me" in page
+
+
+def test_a_page_that_cannot_be_made_gives_the_score_alone_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    """nbgrader failing to render one student's page costs that page its details, never the run,
+    and never shows grading's page, whose score is not the grade."""
+    run = tmp_path / "work" / "runs" / "ann" / ASSIGNMENT
+    run.mkdir(parents=True)
+    (run / "feedback.html").write_text("<h4>07_rmsnorm (Score: 6.0 / 6.0)</h4>")
+    monkeypatch.setattr(feedback, "NbGraderAPI", _FailingAPI)
+    late = Result("ann", ASSIGNMENT, 6.0, 6.0, "graded", late=True, penalty=0.6)
+    feedback.write_pages(tmp_path, [late], Config())
+    page = (tmp_path / "feedback" / "ann" / f"{ASSIGNMENT}.html").read_text()
+    assert "07_rmsnorm: 5.4 / 6" in page and "Score: 6.0" not in page
+    assert "no feedback page could be made" in capsys.readouterr().err
+
+
+class _FailingAPI:
+    def __init__(self, config):
+        pass
+
+    def generate_feedback(self, *_, **__):
+        return {"success": False, "log": "boom"}
