@@ -35,7 +35,7 @@ from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets.config import Config
 
 from .cells import check_calls, grade_id, is_test_cell
-from .record import AUTOMATIC_PAGE, HandGrades
+from .record import AUTOMATIC_PAGE, HandGrades, plain_page
 from .report import Result, shown, shown_lines
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -253,11 +253,8 @@ def write_pages(out: Path, rows: list[Result], course_config: Config) -> None:
 
 def _score_only_page(row: Result) -> str:
     score = f"{row.final_score:g} / {row.max_score:g}" if row.score is not None else "none"
-    return (
-        f"<!doctype html><title>{html.escape(row.notebook)}</title>"
-        f"<h1>{html.escape(row.notebook)}: {score}</h1>"
-        "<p>The page with each check's verdict could not be made; please ask your instructor.</p>"
-    )
+    text = "The page with each check's verdict could not be made; please ask your instructor."
+    return plain_page(row.notebook, score, text)
 
 
 def _shown(row: Result, hand: dict | None, automatic: Path) -> str:

@@ -141,11 +141,15 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _not_graded_page(notebook: str, reason: str) -> str:
-    return (
-        f"<!doctype html><title>{html.escape(notebook)}</title>"
-        f"<h1>{html.escape(notebook)}: not graded</h1>"
-        f"<p>{html.escape(reason)}</p><p>Please contact your instructor.</p>"
-    )
+    return plain_page(notebook, "not graded", f"{reason}\nPlease contact your instructor.")
+
+
+def plain_page(notebook: str, heading: str, text: str) -> str:
+    """A page of a few lines in place of a feedback page: `notebook: heading`, then each line of
+    `text` as a paragraph, all escaped."""
+    paragraphs = "".join(f"<p>{html.escape(line)}</p>" for line in text.split("\n"))
+    title = html.escape(notebook)
+    return f"<!doctype html><title>{title}</title><h1>{title}: {html.escape(heading)}</h1>{paragraphs}"
 
 
 # ------------------------------------------------------------------------------ refusals
