@@ -51,7 +51,10 @@ ATOMS = (
 )
 
 
-def _code_names(code: types.CodeType, loads: tuple[str, ...] = ()) -> list[str]:
+# Cached: a search reads the same methods' code once per object that holds them (dis is slow), and
+# what a code object names depends on nothing but itself.
+@functools.lru_cache(maxsize=4096)
+def _code_names(code: types.CodeType, loads: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The names a code object uses, those of the functions it defines too, in order: all of them
     (globals, attributes, modules), or those of the instructions named in loads."""
     if loads:
@@ -61,7 +64,7 @@ def _code_names(code: types.CodeType, loads: tuple[str, ...] = ()) -> list[str]:
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             names += _code_names(constant, loads)
-    return list(dict.fromkeys(names))
+    return tuple(dict.fromkeys(names))
 
 
 @functools.cache
