@@ -30,9 +30,10 @@ from nbgrader.apps import NbGraderAPI
 from .build import generate_all, nbgrader_config
 from .clean import notebook_metadata
 from .feedback import exporter_config
+from .grades import Result, failed
 from .merged_course import automatic_grades, quiet_gradebook
 from .paths import SOLUTIONS
-from .report import Result, failed, shown, shown_json, shown_lines, shown_text
+from .printable import shown, shown_json, shown_lines, shown_text
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,7 @@ class Worker:
 
 def escaped(graded: Graded) -> Graded:
     """What grading gave, each text in it that a kernel or a submission could have written escaped as
-    `report.shown` does (line breaks kept): the log (errors, verdicts, tracebacks quote the student),
+    `printable.shown` does (line breaks kept): the log (errors, verdicts, tracebacks quote the student),
     the kernel's own output, the reason, the stored notebooks (as JSON escapes: the same
     notebooks) and the feedback page. Nothing the batch writes or prints from it can then move a
     terminal's cursor, retitle its window, write its clipboard or reorder a line."""

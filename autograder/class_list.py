@@ -6,9 +6,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .grades import Result, missing
 from .merged_course import Person
 from .paths import assignments
-from .report import Result, missing, shown
+from .printable import shown
 from .roster import Roster, Total, read_roster, write_uploads
 
 __all__ = ["keep_roster", "missing_rows", "named", "people", "read_roster", "write_totals"]

@@ -22,9 +22,9 @@ from pathlib import Path
 from statistics import mean, median
 
 from .core import as_sentence
+from .grades import Result
 from .paths import assignments
 from .reference import mistakes
-from .report import Result
 
 TOP = 5  # failing cases and properties listed per check
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"

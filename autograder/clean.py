@@ -26,7 +26,7 @@ from nbformat import from_dict
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 
 from .cells import nbgrader_meta
-from .report import shown_text
+from .printable import shown_text
 
 OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}

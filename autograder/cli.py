@@ -7,9 +7,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .grades import Result, summary
 from .paths import NOTEBOOKS
 from .points import points_table
-from .report import Result, shown, summary
+from .printable import shown
 from .student import add_commands as add_student_commands
 
 

@@ -24,8 +24,8 @@ from typing import Protocol
 import torch
 
 from .autograde import Graded, Limits, NotebookTask, Worker
+from .grades import failed
 from .kernels import AHEAD
-from .report import failed
 
 WORKER_GRACE_S = 300  # past the notebook's own limit: judging, saving grades, the feedback page
 WORKER_DIED = "the grader's worker died on this notebook (out of memory?)"

@@ -30,7 +30,7 @@ from datetime import UTC, date, datetime
 
 import yaml
 
-from .report import shown
+from .printable import shown
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")  # also a folder name in OUT: nothing else
 ID_RULE = "a student id holds only ASCII letters, digits and . _ @ + -, and starts with a letter or digit"
@@ -487,7 +487,7 @@ def instant(iso: str) -> tuple:
 
 
 def clean_name(text: str) -> str:
-    """A person's name as given, on one line, unprintable characters escaped (report.shown)."""
+    """A person's name as given, on one line, unprintable characters escaped (printable.shown)."""
     return shown(" ".join(text.split()))[:200]
 
 

@@ -35,8 +35,9 @@ from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets.config import Config
 
 from .cells import check_calls, grade_id, is_test_cell
+from .grades import Result
+from .printable import shown, shown_lines
 from .record import AUTOMATIC_PAGE, HandGrades, plain_page
-from .report import Result, shown, shown_lines
 
 TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = "course_feedback"  # its conf.json names nbgrader's "feedback" as its base

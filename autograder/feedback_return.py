@@ -22,7 +22,7 @@ import re
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .report import Result
+from .grades import Result
 
 CANVAS_BUNDLE = "canvas-feedback.zip"
 MOODLE_BUNDLE = "moodle-feedback.zip"

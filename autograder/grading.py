@@ -9,7 +9,7 @@ A submission's path, a module for each step:
     reports    merged_course.py, report.py, class_list.py, roster.py, class_report.py (from the record)
 
 Layout of OUT (an instructor's record: each run merges into it, see record.py):
-    grades.csv                       one row per student and notebook (report.py)
+    grades.csv                       one row per student and notebook (grades.py)
     report.html                      the class report: scores, pass rates, the mistakes made (class_report.py)
     totals.csv, upload/              one row per student, and the files to upload to the LMS (roster.py):
                                      the grades, and the feedback pages as the LMS takes them back
@@ -56,12 +56,13 @@ from .dispatch import Batch, LocalPool
 from .exchange import remove_tree
 from .feedback import write_pages
 from .feedback_return import write_feedback_bundles
+from .grades import Result, write_csv
 from .inbox import IntakeFile, Submission, find_submissions, write_intake_report
 from .late import LatePolicy
 from .merged_course import merge_course
 from .paths import assignments
+from .printable import shown
 from .record import recorded, remember_refusals, save_result, save_settings, saved_result, settings, store
-from .report import Result, shown, write_csv
 from .sandbox import unavailable_reason
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 
 from . import exports
 from .exports import LMS_NAMES, METADATA, STUDENT_ID, Identified
+from .grades import Result, csv_cell, failed
 from .paths import assignments
+from .printable import UNPRINTABLE
 from .recognition import recognise
-from .report import UNPRINTABLE, Result, _cell, failed
 
 __all__ = ["STUDENT_ID", "Intake", "IntakeFile", "Submission", "find_submissions", "write_intake_report"]
 
@@ -111,7 +112,13 @@ def write_intake_report(path: Path, files: list[IntakeFile]) -> None:
         writer.writerow(["path", "outcome", "student", "notebook", "detail"])
         for r in files:
             writer.writerow(
-                [_cell(r.path), _cell(r.outcome), _cell(r.student), _cell(r.notebook), _cell(r.detail)]
+                [
+                    csv_cell(r.path),
+                    csv_cell(r.outcome),
+                    csv_cell(r.student),
+                    csv_cell(r.notebook),
+                    csv_cell(r.detail),
+                ]
             )
     partial.rename(path)
 

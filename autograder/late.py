@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float, Unicode
 
-from .report import Result
+from .grades import Result
 
 DAY_S = 24 * 3600
 

@@ -29,10 +29,10 @@ from traitlets.config import Config
 
 from .cells import grade_id, nbgrader_meta
 from .feedback import NBGRADER_TEMPLATES, TEMPLATES, question
+from .grades import Result
 from .late import LatePolicy
 from .paths import source_notebook
 from .record import GRADES_FILE, HandGrades
-from .report import Result
 
 # Before nbgrader's: its base/mathjax.html.j2 replaces nbconvert's, which loads MathJax from a CDN, in
 # the pages formgrader renders; so formgrader works with no network (the template says how).

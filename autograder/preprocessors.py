@@ -38,7 +38,7 @@ from . import api, clean, exchange
 from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
 from .core import UNDEFINED_NAME, Finding, Verdict, missing_import
 from .kernels import AHEAD
-from .report import shown
+from .printable import shown
 from .sandbox import SandboxedKernelManager, prepare_root
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)

@@ -32,7 +32,7 @@ from pathlib import Path
 from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
 from .core import STUB
 from .paths import EXPECTED
-from .report import shown
+from .printable import shown
 
 QUESTIONS = EXPECTED / "questions.json"
 LABEL = re.compile(

@@ -24,7 +24,8 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .report import Result, shown_lines
+from .grades import Result
+from .printable import shown_lines
 
 if TYPE_CHECKING:  # types only: the grading side imports the record, not the reverse
     from .autograde import Graded

@@ -47,7 +47,7 @@ STUDENT_MODULES = [
     "playground.py",
     "progress.py",
     "reference.py",  # finds no solutions/ in a release, and says so
-    "report.py",  # shown(): what the commands print is escaped
+    "printable.py",  # shown(): what the commands print is escaped
     "sandbox.py",
     "selfstudy.py",
     "student.py",

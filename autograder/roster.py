@@ -9,7 +9,7 @@ says, per LMS, where each file comes from, where it goes, and how sure we are of
 
 Every value of a roster is text that students or their LMS control (names, sections, emails):
 ids must be ids the grader accepts (`inbox.STUDENT_ID`), and every text field written goes
-through `report._cell`, so that no name forges a row or runs as a spreadsheet formula.
+through `grades.csv_cell`, so that no name forges a row or runs as a spreadsheet formula.
 """
 
 import codecs
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .grades import csv_cell
 from .inbox import STUDENT_ID
-from .report import _cell, shown
+from .printable import shown
 
 
 @dataclass(frozen=True)
@@ -320,12 +321,12 @@ def write_uploads(
 
 def _totals_rows(totals: list[Total], student: Callable[[str], Student]) -> list[list[str]]:
     notebooks = list(dict.fromkeys(notebook for t in totals for notebook, _ in t.notebooks))
-    rows = [["student", "name", "email", "score", "max_score", "status", *map(_cell, notebooks)]]
+    rows = [["student", "name", "email", "score", "max_score", "status", *map(csv_cell, notebooks)]]
     for t in totals:
         s, scores = student(t.student), dict(t.notebooks)
         rows.append(
-            [_cell(t.student), _cell(s.name), _cell(s.email), _points(t.score), _points(t.max_score)]
-            + [_cell(t.status)]
+            [csv_cell(t.student), csv_cell(s.name), csv_cell(s.email), _points(t.score), _points(t.max_score)]
+            + [csv_cell(t.status)]
             + [_points(scores.get(notebook)) for notebook in notebooks]
         )
     return rows
@@ -349,7 +350,7 @@ def _canvas_rows(
     if roster is not None and roster.lms == "canvas" and first is not None:
         fields = [column for column, _ in first.lms_fields]
     rows = [
-        ["Student", "ID", *fields, _cell(title)],
+        ["Student", "ID", *fields, csv_cell(title)],
         ["    Points Possible", "", *[""] * len(fields), _points(max_score)],
     ]
     for t in totals:
@@ -357,7 +358,12 @@ def _canvas_rows(
         values = dict(s.lms_fields)
         name = f"{s.last_name}, {s.first_name}" if s.last_name and s.first_name else s.name
         rows.append(
-            [_cell(name), _cell(t.student), *[_cell(values.get(f, "")) for f in fields], _points(t.score)]
+            [
+                csv_cell(name),
+                csv_cell(t.student),
+                *[csv_cell(values.get(f, "")) for f in fields],
+                _points(t.score),
+            ]
         )
     return rows
 
@@ -379,8 +385,8 @@ def _moodle_rows(
         if t.score is not None:
             s = student(t.student)
             rows.append(
-                [_cell(f"Participant {t.student}"), _cell(s.name), _cell(s.email), _points(t.score)]
-                + [_points(max_score), _cell(stamp)]
+                [csv_cell(f"Participant {t.student}"), csv_cell(s.name), csv_cell(s.email), _points(t.score)]
+                + [_points(max_score), csv_cell(stamp)]
             )
     return rows
 
@@ -398,8 +404,8 @@ def _blackboard_rows(totals: list[Total], title: str, max_score: float) -> list[
             header = f"{name.strip()} [Total Pts: {_points(max_score)} Score] |{column_id.strip()}"
         else:
             header = f"{header} [Total Pts: {_points(max_score)} Score]"
-    rows = [["Username", _cell(header)]]
-    rows += [[_cell(t.student), _points(t.score)] for t in totals if t.score is not None]
+    rows = [["Username", csv_cell(header)]]
+    rows += [[csv_cell(t.student), _points(t.score)] for t in totals if t.score is not None]
     return rows
 
 

@@ -20,7 +20,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from .report import shown, shown_lines
+from .printable import shown, shown_lines
 
 CHECK_DESCRIPTION = (
     "course check runs the notebook's code, as running its cells would: in a sandbox (bubblewrap: no "

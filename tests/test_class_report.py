@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autograder.class_report import write_class_report
-from autograder.report import Result, failed, missing
+from autograder.grades import Result, failed, missing
 
 from .feedback import report_tables
 from .submissions import checks_of, mistake, mutant, perfect, release, verdicts_when_graded

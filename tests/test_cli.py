@@ -12,7 +12,8 @@ from autograder.cells import grade_id
 from autograder.checks import CHECKS
 from autograder.class_list import _total
 from autograder.cli import main, summary_line
-from autograder.report import UNPRINTABLE, Result
+from autograder.grades import Result
+from autograder.printable import UNPRINTABLE
 
 from .machine import needs_sandbox
 from .submissions import perfect, release, solution_sources, with_answer

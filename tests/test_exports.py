@@ -17,7 +17,7 @@ import autograder.recognition as recognition
 from autograder import exports
 from autograder.inbox import Intake, IntakeFile, find_submissions, write_intake_report
 from autograder.paths import assignments
-from autograder.report import UNPRINTABLE
+from autograder.printable import UNPRINTABLE
 from tests.lms_exports import (
     STUDENTS,
     blackboard_export,

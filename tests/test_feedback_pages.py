@@ -22,8 +22,8 @@ from traitlets.config import Config
 from autograder import feedback, grading
 from autograder.checks import CHECKS
 from autograder.feedback import mathml, question
+from autograder.grades import Result
 from autograder.reference import assignment_of, mistakes
-from autograder.report import Result
 
 from .feedback import page_text
 from .jupyter_server import browse, running_lab

@@ -20,9 +20,10 @@ import pytest
 import autograder.inbox as inbox
 from autograder.cli import main, summary_line
 from autograder.exports import ID_RULE
+from autograder.grades import Result, write_csv
 from autograder.inbox import find_submissions
 from autograder.paths import NOTEBOOKS, assignments
-from autograder.report import UNPRINTABLE, Result, shown, write_csv
+from autograder.printable import UNPRINTABLE, shown
 
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'  # never read here
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -10,8 +10,8 @@ import pytest
 from autograder import api, progress
 from autograder.checks import CHECKS
 from autograder.paths import assignments, source_notebook
+from autograder.printable import UNPRINTABLE
 from autograder.progress import Question, Seen, course_questions, read_questions
-from autograder.report import UNPRINTABLE
 from autograder.student import main
 
 from .submissions import mistake, mutant, perfect, release

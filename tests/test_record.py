@@ -7,9 +7,9 @@ from datetime import datetime
 import pytest
 
 from autograder.cli import main
+from autograder.grades import Result, failed
 from autograder.late import CoursePenalty, LatePolicy
 from autograder.record import HandGrades, forget, recorded, remember_refusals, save_result
-from autograder.report import Result, failed
 
 
 def _graded(student, notebook, score=3.0):

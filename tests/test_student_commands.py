@@ -9,7 +9,7 @@ from nbformat.v4 import new_code_cell, new_output
 
 from autograder import sandbox
 from autograder.cells import grade_id
-from autograder.report import UNPRINTABLE
+from autograder.printable import UNPRINTABLE
 from autograder.student import main
 
 from .machine import needs_sandbox

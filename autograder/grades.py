@@ -5,18 +5,16 @@ score, with the grades an instructor gave by hand there; `penalty` is the late p
 instructor's policy (none by default) and `final_score` what is left after it. One column per
 test cell follows ("07.rmsnorm (hidden cases)").
 
-Rows carry text that students control (file and folder names, reasons quoting them, errors
-quoting their notebooks), so what is written or printed from a row goes through `shown`, and
-grades.csv's text fields through `_cell` as well.
+Rows carry text that students control, so what is written or printed from a row goes through
+`printable.shown`, and grades.csv's text fields through `csv_cell` as well.
 """
 
 import csv
-import json
-import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .printable import shown
 
 
 @dataclass(frozen=True)
@@ -64,24 +62,24 @@ def write_csv(path: Path, results: list[Result]) -> None:
     partial = path.with_suffix(".partial")
     with partial.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(COLUMNS + [_cell(q) for q in questions])
+        writer.writerow(COLUMNS + [csv_cell(q) for q in questions])
         for r in results:
             scores = dict(r.questions)
             writer.writerow(
                 [
-                    _cell(r.student),
-                    _cell(r.name),
-                    _cell(r.notebook),
-                    _number(r.score),
-                    _number(r.max_score),
-                    _cell(r.status),
-                    _cell(r.reason),
+                    csv_cell(r.student),
+                    csv_cell(r.name),
+                    csv_cell(r.notebook),
+                    csv_number(r.score),
+                    csv_number(r.max_score),
+                    csv_cell(r.status),
+                    csv_cell(r.reason),
                     "yes" if r.late else "",
-                    _cell(r.submitted_at),
-                    _number(r.penalty),
-                    _number(r.final_score),
+                    csv_cell(r.submitted_at),
+                    csv_number(r.penalty),
+                    csv_number(r.final_score),
                 ]
-                + [_number(scores.get(q)) for q in questions]
+                + [csv_number(scores.get(q)) for q in questions]
             )
     partial.rename(path)
 
@@ -112,67 +110,19 @@ def summary(rows: list[Result]) -> str:
     return "\n".join(lines)
 
 
-# Control characters (line breaks, terminal escape codes), invisible formatting (text-direction
-# overrides such as U+202E), Unicode's own line and paragraph separators, and the lone
-# surrogates that stand for the bytes of a file name that is not UTF-8.
-UNPRINTABLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
-
-
-def shown(text: str) -> str:
-    """`text` as it may be written to a file or a terminal: each unprintable character as an escape.
-
-    A name holding a newline would otherwise forge a line of grades.csv or of the summary, and an
-    escape code would rewrite what the terminal shows. Escapes read as in Python (`\\n`, `\\x1b`,
-    `\\u202e`; a byte of a name that is not UTF-8 as `\\xff`). Backslashes themselves are kept,
-    so that showing text twice changes nothing: rows may be shown at every step they pass.
-    """
-    return "".join(_escape(c) if unicodedata.category(c) in UNPRINTABLE else c for c in text)
-
-
-def shown_lines(text: str) -> str:
-    """`text` as `shown` writes it, its line breaks kept: for a log or a message of several lines
-    (tracebacks, verdicts, a kernel's output). Idempotent, as `shown` is."""
-    return "\n".join(shown(line) for line in text.split("\n"))
-
-
-def shown_text(text: str) -> str:
-    """`text` as `shown` writes it, its line breaks and tabs kept: a notebook's output or a page,
-    shown as text (a tab is layout there, as in JSON)."""
-    return "\n".join("\t".join(shown(part) for part in line.split("\t")) for line in text.split("\n"))
-
-
-def shown_json(text: str) -> str:
-    """JSON text with each unprintable character in its strings written as JSON's own escape
-    (`\\u009b`): the same value once parsed, and nothing a terminal acts on or hides when the file is
-    shown. JSON's whitespace (tab, line feed, carriage return) stays: outside strings it is layout,
-    and inside them JSON escapes it already."""
-    return re.sub(r"[^\t\n\r\x20-\x7e]", _json_escape, text)
-
-
-def _json_escape(found: re.Match) -> str:
-    char = found.group()
-    return json.dumps(char)[1:-1] if unicodedata.category(char) in UNPRINTABLE else char
-
-
-def _escape(char: str) -> str:
-    if "\udc80" <= char <= "\udcff":  # how Python reads the byte 0x80-0xff of a non-UTF-8 file name
-        return f"\\x{ord(char) - 0xDC00:02x}"
-    return repr(char)[1:-1]
-
-
 FORMULA_STARTS = ("=", "+", "-", "@")  # OWASP's list, less tab and CR: `shown` has escaped those
 
 
-def _cell(text: str) -> str:
+def csv_cell(text: str) -> str:
     """A text field of grades.csv: shown, and never read as a formula by a spreadsheet.
 
     A field starting with a formula character gets a leading apostrophe, as OWASP recommends
     against CSV injection (`=HYPERLINK(...)` as a folder name). Scores are numbers we write
-    ourselves (`_number`) and are left alone.
+    ourselves (`csv_number`) and are left alone.
     """
     text = shown(text)
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
-def _number(value: float | None) -> str:
+def csv_number(value: float | None) -> str:
     return "" if value is None else f"{value:g}"
