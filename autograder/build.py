@@ -9,6 +9,8 @@
     autograder/data/course_model.pt
                               the model notebook 08 trains and notebook 10 inspects (about a minute)
     docs/*.md                 the points table (`points_table`) between the two POINTS_TABLE markers
+    solutions/<a>/<a>.ipynb   the points of each test cell, from its check (`with_points`): a check's
+                              points are written in the check alone
 
 `build(out)` writes them under another root so that a test can compare them with the
 committed files (`stale_files`). Every file goes through `install`, which leaves a file that
@@ -135,6 +137,7 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
     # First the checkpoint, from which 10's visible cases are computed, and the visible cases, which
     # the solution notebooks' checks read from `root` when it is the repository.
     with staged(root) as out:
+        write_points(out / SOLUTIONS.relative_to(REPO), chosen)
         write_questions(out / QUESTIONS.relative_to(REPO), read_all_questions())
         write_points_tables(DOCS, out / DOCS.relative_to(REPO))
         if checkpoint and CHECKPOINT_SOURCE in chosen:
@@ -148,6 +151,37 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
         for assignment in chosen:
             for name, png in figures(execute_source(assignment)).items():
                 (images / name).write_bytes(png)
+
+
+def write_points(directory: Path, chosen: list[str]) -> None:
+    """Each chosen source notebook whose test cells' points differ from its checks', with theirs; the
+    others are not written, so that the source notebooks stay as their author saved them."""
+    for assignment in chosen:
+        notebook = nbformat.read(source_notebook(assignment), as_version=4)
+        if with_points(notebook, assignment):
+            path = directory / assignment / f"{assignment}.ipynb"
+            path.parent.mkdir(parents=True)
+            nbformat.write(notebook, path)
+
+
+def with_points(notebook: nbformat.NotebookNode, assignment: str) -> bool:
+    """Sets the points of each visible and hidden test cell of the assignment's checks to the check's;
+    whether any changed."""
+    cells = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell for cell in notebook.cells}
+    changed = False
+    for name, check in CHECKS.items():
+        number, question = name.split(".", 1)
+        if not assignment.startswith(f"{number}_"):
+            continue
+        for grade_id, points in (
+            (f"{question}_test", check.points),
+            (f"{question}_hidden", check.hidden_points),
+        ):
+            if grade_id not in cells:
+                raise RuntimeError(f"{assignment} has no test cell {grade_id} for the check {name}")
+            changed |= cells[grade_id].metadata.nbgrader.get("points") != points
+            cells[grade_id].metadata.nbgrader["points"] = points
+    return changed
 
 
 def write_snapshots(directory: Path, chosen: list[str]) -> None:

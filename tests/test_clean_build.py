@@ -1,8 +1,10 @@
 """`course build` rewrites only the derived files whose content changed: one built on another CPU, whose
 floats differ in their last bits, leaves the instructor's `git status` clean. And it writes the points
-table into docs/, where the build check finds a hand-edited one stale.
+table into docs/, where the build check finds a hand-edited one stale, and each check's points into
+its test cells.
 """
 
+import dataclasses
 import os
 import re
 import shutil
@@ -10,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from autograder import build
 from autograder import language_model as lm
 from autograder.build import (
     POINTS_TABLE_END,
@@ -25,6 +29,7 @@ from autograder.build import (
     stale_files,
     write_points_tables,
 )
+from autograder.checks import CHECKS
 from autograder.paths import REPO
 from autograder.points import points_table
 
@@ -228,6 +233,23 @@ def test_the_build_check_finds_a_hand_edited_points_table_stale(tmp_path):
     assert stale_files(fresh, committed) == []
     (committed / "docs" / "students.md").write_text(page_text(HAND_EDITED))
     assert stale_files(fresh, committed) == ["docs/students.md"]
+
+
+def test_a_checks_points_are_written_into_its_test_cells(tmp_path, monkeypatch):
+    """Points are written in the check alone: the build writes them into the source notebook's cells
+    (nbgrader's gradebook reads them there), and leaves a notebook that already has them unwritten."""
+    build.write_points(tmp_path / "unchanged", [ASSIGNMENT])
+    assert not (tmp_path / "unchanged").exists()
+    changed = {**CHECKS, "07.rmsnorm_norm": dataclasses.replace(CHECKS["07.rmsnorm_norm"], hidden_points=5.0)}
+    monkeypatch.setattr(build, "CHECKS", changed)
+    build.write_points(tmp_path / "solutions", [ASSIGNMENT])
+    written = nbformat.read(tmp_path / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    points = {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader.get("points") for c in written.cells}
+    assert points["rmsnorm_norm_hidden"] == 5.0
+    assert points["rmsnorm_norm_test"] == CHECKS["07.rmsnorm_norm"].points
+    assert f"solutions/{ASSIGNMENT}/{ASSIGNMENT}.ipynb" in stale_files(
+        tmp_path, REPO
+    )  # the build check fails
 
 
 @pytest.mark.parametrize(
