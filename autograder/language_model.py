@@ -130,8 +130,7 @@ class CausalWindowAttention(nn.Module):
         H, W = self.num_heads, self.window_size
         qkv = self.qkv_linear(x).view(B, T, H, 3 * (D // H)).transpose(1, 2)  # (B, H, T, 3 * Dh)
         queries, keys, values = qkv.chunk(3, dim=-1)  # (B, H, T, Dh) each
-        if self.rope is not None:
-            queries, keys = self.rope(queries, keys)
+        queries, keys = (queries, keys) if self.rope is None else self.rope(queries, keys)
         visible = causal_window(T, W, x.device)
         context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible)  # (B, H, T, Dh)
         return self.out(context.transpose(1, 2).reshape(B, T, D))  # heads merged: (B, T, D)
@@ -474,7 +473,8 @@ class CourseExpert(nn.Module):
         self.w2 = nn.Linear(f, d, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gated = F.silu(self.w1(x)) * self.w3(x)  # (B, T, F)
+        return self.w2(gated)  # (B, T, D)
 
 
 class CourseMoe(nn.Module):
@@ -508,8 +508,9 @@ class CourseBlock(nn.Module):
         self.attention, self.moe = CourseAttention(config), CourseMoe(config)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = x + self.attention(self.norm1(x))
-        return h + self.moe(self.norm2(h))
+        for norm, sublayer in ((self.norm1, self.attention), (self.norm2, self.moe)):
+            x = x + sublayer(norm(x))  # (B, T, D)
+        return x
 
 
 class CourseModel(nn.Module):

@@ -87,11 +87,11 @@ def _text_tokens(g: torch.Generator, length: int) -> Tensor:
 def hooks_on(model: nn.Module) -> int:
     """Every forward, pre-forward and backward hook registered on the model's modules."""
     return sum(
-        len(m._forward_hooks)
-        + len(m._forward_pre_hooks)
-        + len(m._backward_hooks)
-        + len(m._backward_pre_hooks)
-        for m in model.modules()
+        len(module._forward_hooks)
+        + len(module._forward_pre_hooks)
+        + len(module._backward_hooks)
+        + len(module._backward_pre_hooks)
+        for module in model.modules()
     )
 
 

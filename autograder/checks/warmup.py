@@ -180,8 +180,23 @@ def step_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         data = neuron_data(g, n, f, scale)
         data["y"] = (torch.rand(n, generator=g) > 0.5).float()
         data["lr"] = lr
-        cases.append(Case(f"x of shape ({n}, {f}), 0/1 targets y, |w| ~ {scale:g}, lr={lr:g}", data))
+        name = f"x of shape ({n}, {f}), 0/1 targets y, |w| ~ {scale:g}, lr={lr:g}"
+        cases.append(Case(name, data, judge_only={"autograd move": _autograd_move(data)}))
     return cases
+
+
+def _autograd_move(data: dict) -> torch.Tensor:
+    """How much autograd's step moves (w, b), as one (F + 1,) float64 vector.
+
+    Computed with the case and carried in it, not computed when judging: the release leaves out
+    what only the case generators use, and a correct step anywhere else would ship with it.
+    """
+    w, b = data["w"].clone().requires_grad_(), data["b"].clone().requires_grad_()
+    with torch.enable_grad():
+        loss = (torch.sigmoid(data["x"] @ w + b) - data["y"]).pow(2).mean()
+        grad_w, grad_b = torch.autograd.grad(loss, (w, b))
+    new_w, new_b = (w - data["lr"] * grad_w).detach(), (b - data["lr"] * grad_b).detach()
+    return torch.cat([new_w - data["w"], (new_b - data["b"]).reshape(1)]).double()
 
 
 def run_step(gradient_step, case: Case) -> Outputs:
@@ -193,27 +208,12 @@ def run_step(gradient_step, case: Case) -> Outputs:
     return {"w": new_w, "b": new_b}
 
 
-def _autograd_move(case: Case) -> torch.Tensor:
-    """How much autograd's step moves (w, b), as one (F + 1,) float64 vector.
-
-    The judge's own gradient, computed here and nowhere else: a function of (x, y, w, b, lr)
-    returning the step would be an answer any student could import from this package.
-    """
-    i = case.inputs
-    w, b = i["w"].clone().requires_grad_(), i["b"].clone().requires_grad_()
-    with torch.enable_grad():
-        loss = (torch.sigmoid(i["x"] @ w + b) - i["y"]).pow(2).mean()
-        grad_w, grad_b = torch.autograd.grad(loss, (w, b))
-    new_w, new_b = (w - i["lr"] * grad_w).detach(), (b - i["lr"] * grad_b).detach()
-    return torch.cat([new_w - i["w"], (new_b - i["b"]).reshape(1)]).double()
-
-
 def _matches_autograd(case: Case, out: Outputs) -> str | None:
     i = case.inputs
     got_w, got_b = out["w"], out["b"]
     if got_w.shape != i["w"].shape or got_b.shape != i["b"].shape:
         return None  # the shapes are reported first
-    want = _autograd_move(case)
+    want = case.judge_only["autograd move"]
     got = torch.cat([got_w - i["w"], (got_b - i["b"]).reshape(1)]).double()  # your move
     if torch.allclose(got, want, rtol=1e-4, atol=1e-6):
         return None
