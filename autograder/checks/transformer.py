@@ -1316,13 +1316,15 @@ def run_training(transformer_class, case: Case) -> Outputs:
     on a busy machine); its logits at the prefixes' ends, and its trained weights under the course's
     names, from which the judge computes those logits again with the course's model."""
     i = case.inputs
-    tokens = lm.encode(lm.course_text(100_000, i["text_seed"]))
     torch.manual_seed(i["text_seed"])
     model = transformer_class(*TRAINING)
     refuse_the_lent_model(model, "model")
     model = made_causal(model)
     with one_thread():
         _refuse_token_loops(model)
+        # The text after the model (its own generator: the model's seeding is unchanged), so that a model
+        # refused above costs none of its generation.
+        tokens = lm.encode(lm.course_text(100_000, i["text_seed"]))
         lm.train(model, tokens, **TRAIN_RECIPE, seed=i["text_seed"])
         with torch.no_grad():
             logits = model(i["prefixes"])[:, -1].float()
