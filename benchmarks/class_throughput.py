@@ -42,7 +42,7 @@ from autograder.cells import grade_id  # noqa: E402
 from autograder.checks import CHECKS  # noqa: E402
 from autograder.paths import assignments  # noqa: E402
 from autograder.reference import mistakes  # noqa: E402
-from tests.submissions import checks_of, mutant, perfect, release, solution_sources, with_answer  # noqa: E402
+from tests.helpers.submissions import checks_of, mutant, perfect, release, solution_sources, with_answer  # noqa: E402
 
 SEED = 20261126
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/hardest_seeds.py [--seeds N] [--keep K] [CHECK ...]
 
 For every check (or the ones named), each correct answer (the reference and the alternatives
-of tests/alternatives*.py) is judged on the hidden cases of seeds 0 .. N-1 as the grader
+of tests/helpers/alternatives*.py) is judged on the hidden cases of seeds 0 .. N-1 as the grader
 judges them; the script ends in failure, naming them, if any of them does not pass (their
 seeds are pinned all the same). Each (answer, seed) gets a margin, how near it came to
 failing, 1 being the edge:
@@ -13,7 +13,7 @@ failing, 1 being the edge:
 - 09.generate, whose sampled draws are measurements judged by a property: that property's own
   ratio (CRITERION_MARGINS too).
 The K seeds of the largest margin, and each answer's worst seed, are written to
-tests/hardest_seeds.json with the answers' names and a fingerprint of the cases they draw;
+tests/helpers/hardest_seeds.json with the answers' names and a fingerprint of the cases they draw;
 `test_correct_answers_never_fail_by_chance` runs them on every test run and fails when the
 fingerprint or the answers no longer match. Run this after changing a check's hidden cases,
 its tolerance or its alternatives (name the checks to scan only those). The 25 checks of
@@ -36,8 +36,8 @@ from autograder.checks import CHECKS, kv_cache, transformer  # noqa: E402
 from autograder.checks.warmup import THRESHOLD  # noqa: E402
 from autograder.core import Case, Check, Expectation, Outputs, judge, run_stage  # noqa: E402
 from autograder.reference import reference_object  # noqa: E402
-from tests.alternatives import ALTERNATIVES  # noqa: E402
-from tests.hardest_seeds import answer_names, fingerprint, load, save  # noqa: E402
+from tests.helpers.alternatives import ALTERNATIVES  # noqa: E402
+from tests.helpers.hardest_seeds import answer_names, fingerprint, load, save  # noqa: E402
 
 
 def tolerance_margin(check: Check, result: Outputs, reference: Outputs) -> float:

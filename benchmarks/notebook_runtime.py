@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.cells import grade_id  # noqa: E402
 from autograder.paths import assignments, source_notebook  # noqa: E402
-from tests.machine import busy_processes  # noqa: E402
-from tests.submissions import perfect  # noqa: E402
+from tests.helpers.machine import busy_processes  # noqa: E402
+from tests.helpers.submissions import perfect  # noqa: E402
 
 BUDGET_S = 30.0
 CELL_LIMIT_S = 120  # `course grade`'s default --cell-timeout

@@ -6,7 +6,7 @@
 For each seed 0 .. N-1, the hidden cases the grader draws for that seed are run by each answer
 as the grader runs them (`run_stage`, one torch thread), and the judge's own accuracy is taken
 of the trained model and of the untrained one, on the held-out points:
-- correct answers: the reference and the alternatives of tests/alternatives_00.py. Their lowest
+- correct answers: the reference and the alternatives of tests/helpers/alternatives_00.py. Their lowest
   trained accuracy must clear warmup.THRESHOLD with margin, and their highest untrained accuracy
   must stay under it (the judge fails a model that classifies before any training);
 - wrong answers: the catalogued mistakes whose verdict rests on the threshold (no activation: a
@@ -37,7 +37,7 @@ from autograder.checks import CHECKS  # noqa: E402
 from autograder.checks.warmup import SPIRALS, THRESHOLD, held_out_accuracies  # noqa: E402
 from autograder.core import run_stage  # noqa: E402
 from autograder.reference import mistakes, reference_object  # noqa: E402
-from tests.alternatives import ALTERNATIVES  # noqa: E402
+from tests.helpers.alternatives import ALTERNATIVES  # noqa: E402
 
 NAME = "00.spirals"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -9,8 +9,8 @@ import shutil
 import nbformat
 import pytest
 
-from .jupyter_server import browse, running_lab
-from .submissions import perfect
+from .helpers.jupyter_server import browse, running_lab
+from .helpers.submissions import perfect
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytest.importorskip("playwright.sync_api")

@@ -18,15 +18,15 @@ from autograder.cells import grade_id
 from autograder.core import missing_import, run_stage
 from autograder.preprocessors import JudgedExecute
 
-from . import hardest_seeds
-from .alternatives import (
+from .helpers import hardest_seeds
+from .helpers.alternatives import (
     ALTERNATIVES,
     RMSNormOneOverSqrt,
     RoPEReal,
     rotation_matrix_complex,
     rotation_matrix_exp,
 )
-from .submissions import answer_lines, namespace, objects_for, release, verdict
+from .helpers.submissions import answer_lines, namespace, objects_for, release, verdict
 
 HIDDEN_SEED = 7
 # None: the visible cases (from the snapshot); an int: the hidden cases drawn from that seed.
@@ -130,7 +130,7 @@ def test_correct_answers_never_fail_by_chance(name):
 
     Every answer on 100 seeds per check took nearly all of this file's time (three minutes on
     an idle machine), and most seeds are far from any edge. Instead benchmarks/hardest_seeds.py
-    judges every answer on 300 seeds once and pins, in tests/hardest_seeds.json, the seeds on
+    judges every answer on 300 seeds once and pins, in tests/helpers/hardest_seeds.json, the seeds on
     which one comes closest to the check's tolerance (or criterion), and each answer's worst;
     those run here, with a few seeds drawn afresh on each run (a failure names its seed). The
     pins hold only for the cases and answers that were scanned: after a change to either, this

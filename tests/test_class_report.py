@@ -13,13 +13,13 @@ import pytest
 from autograder.class_report import write_class_report
 from autograder.grades import Result, failed, missing
 
-from .feedback import report_tables
-from .submissions import checks_of, mistake, mutant, perfect, release, verdicts_when_graded
+from .helpers.feedback import report_tables
+from .helpers.submissions import checks_of, mistake, mutant, perfect, release, verdicts_when_graded
 
 SEED = 7
 NOTEBOOK = "07_rmsnorm"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CANARY = Path(__file__).with_name("canary.py")
+CANARY = Path(__file__).parent / "helpers" / "canary.py"
 HOSTILE = "<script>window.PWNED=1</script><img src=x onerror='window.PWNED=2'>"
 
 

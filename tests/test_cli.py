@@ -15,8 +15,8 @@ from autograder.cli import main, summary_line
 from autograder.grades import Result
 from autograder.printable import UNPRINTABLE
 
-from .machine import needs_sandbox
-from .submissions import perfect, release, solution_sources, with_answer
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import perfect, release, solution_sources, with_answer
 
 
 def test_list_names_every_check(capsys):

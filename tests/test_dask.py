@@ -31,8 +31,8 @@ from autograder.autograde import Limits
 from autograder.cli import main
 from autograder.dispatch import Batch
 
-from .machine import needs_sandbox
-from .submissions import mistake, mutant, perfect, release
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import mistake, mutant, perfect, release
 
 SEED = 20261126  # both output folders draw the same cases
 

@@ -1,7 +1,7 @@
 """No free points: a notebook whose answers do nothing earns nothing, visible or hidden.
 
 The answers are the source notebook's, with every answer region replaced by code that does no
-work (tests/do_nothing.py says how, kind by kind); the given code around them stays as it is. A
+work (tests/helpers/do_nothing.py says how, kind by kind); the given code around them stays as it is. A
 point earned here is a point for given code or for a do-nothing answer (the unfilled stub's own
 test is test_checks.py::test_release_stub_fails).
 """
@@ -10,8 +10,8 @@ import pytest
 
 from autograder.paths import assignments
 
-from .do_nothing import KINDS, do_nothing_notebook, do_nothing_source
-from .submissions import checks_of, verdicts_when_graded
+from .helpers.do_nothing import KINDS, do_nothing_notebook, do_nothing_source
+from .helpers.submissions import checks_of, verdicts_when_graded
 
 BATCH_SEED = 11
 

@@ -14,7 +14,7 @@ from autograder.api import check, make_cases
 from autograder.cells import check_calls
 from autograder.checks import CHECKS
 
-from .submissions import solution_sources
+from .helpers.submissions import solution_sources
 
 
 @pytest.fixture

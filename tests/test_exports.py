@@ -1,6 +1,6 @@
 """The intake of real LMS exports, renamed notebooks and non-notebooks (no grading: fast).
 
-Each export is built by tests/lms_exports.py the way its system names files; the intake must
+Each export is built by tests/helpers/lms_exports.py the way its system names files; the intake must
 find each student's latest notebook under the id the system knows them by, list every file with
 what became of it, and refuse what it cannot take with the cause and the fix.
 """
@@ -18,7 +18,7 @@ from autograder import exports
 from autograder.inbox import Intake, IntakeFile, find_submissions, write_intake_report
 from autograder.paths import assignments
 from autograder.printable import UNPRINTABLE
-from tests.lms_exports import (
+from tests.helpers.lms_exports import (
     STUDENTS,
     blackboard_export,
     canvas_export,

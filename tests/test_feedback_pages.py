@@ -25,14 +25,14 @@ from autograder.feedback import mathml, question
 from autograder.grades import Result
 from autograder.reference import assignment_of, mistakes
 
-from .feedback import page_text
-from .jupyter_server import browse, running_lab
-from .submissions import mutant
+from .helpers.feedback import page_text
+from .helpers.jupyter_server import browse, running_lab
+from .helpers.submissions import mutant
 
 ASSIGNMENT = "07_rmsnorm"
 STUDENT = "ann"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CANARY = Path(__file__).with_name("canary.py")
+CANARY = Path(__file__).parent / "helpers" / "canary.py"
 
 
 @pytest.fixture(scope="module")

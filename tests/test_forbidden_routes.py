@@ -20,9 +20,9 @@ from autograder.checks.sliding_window import LINEAR_MEMORY, VECTORISED
 from autograder.core import forbidden_operations
 from autograder.grading import grade
 
-from .alternatives_07 import RMSNormOneOverSqrt
-from .machine import needs_sandbox
-from .submissions import parts, perfect, score_when_graded, solution_sources, verdict, with_answer
+from .helpers.alternatives_07 import RMSNormOneOverSqrt
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import parts, perfect, score_when_graded, solution_sources, verdict, with_answer
 from .test_guards import gelu_erf, gelu_erf_derivative
 
 HIDDEN_SEED = 7

@@ -18,7 +18,7 @@ from autograder.checks.gated_ffn import BIAS_FREE, FFN_COUNT, LLAMA_DIM, SIGLU_C
 from autograder.checks.warmup import LARGE_Z, MODERATE_Z
 from autograder.core import TOLERANCES
 
-from .submissions import names_the_notebook_binds, parts, verdict
+from .helpers.submissions import names_the_notebook_binds, parts, verdict
 
 ASSIGNMENT = "05_gated_ffn"
 RTOL, ATOL = TOLERANCES[torch.float32]

@@ -33,9 +33,9 @@ from autograder.core import Mistake, Verdict
 from autograder.paths import assignments
 from autograder.reference import assignment_of, mistakes
 
-from .feedback import page_text, report_tables
-from .machine import needs_sandbox
-from .submissions import (
+from .helpers.feedback import page_text, report_tables
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import (
     checks_of,
     digests,
     grade_id,
@@ -45,7 +45,7 @@ from .submissions import (
     verdicts_when_graded,
     with_answer,
 )
-from .submissions import mutant as mutant_notebook
+from .helpers.submissions import mutant as mutant_notebook
 
 # Room for a perfect 08, whose training cell took 15.4 s with the machine at load 7-9; the slow
 # notebooks below are made to pass these limits.

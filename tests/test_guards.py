@@ -14,7 +14,7 @@ from autograder import CHECKS, reference
 from autograder.checks.attention import _LibraryAttention
 from autograder.playground import spirals_split
 
-from .alternatives_00 import (
+from .helpers.alternatives_00 import (
     relu_heaviside_derivative,
     relu_where,
     sigmoid_where,
@@ -23,8 +23,8 @@ from .alternatives_00 import (
     silu_expit_derivative,
     step_einsum,
 )
-from .alternatives_01 import attention_einsum
-from .submissions import verdict
+from .helpers.alternatives_01 import attention_einsum
+from .helpers.submissions import verdict
 
 HIDDEN_SEED = 7
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .alternatives_07 import RMSNormLlama  # Question 22 in Llama's layer, RMSNorm(dim, eps)
-from .submissions import verdict
+from .helpers.alternatives_07 import RMSNormLlama  # Question 22 in Llama's layer, RMSNorm(dim, eps)
+from .helpers.submissions import verdict
 
 SEEDS = [None, 3, 17]  # the visible cases, then the hidden cases of two seeds
 

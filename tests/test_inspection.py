@@ -18,7 +18,7 @@ from autograder.checks import inspection
 from autograder.checks.inspection import NO_HOOK_LEFT, ONE_CALL, RECORDS
 from autograder.language_model import CourseModel, course_model
 
-from .submissions import mistake, names_the_notebook_binds, parts, verdict
+from .helpers.submissions import mistake, names_the_notebook_binds, parts, verdict
 
 ASSIGNMENT = "10_inside_a_model"
 

@@ -15,8 +15,8 @@ from nbformat.v4 import new_code_cell
 from autograder.grading import grade
 from autograder.kernels import KernelsAhead
 
-from .machine import needs_sandbox
-from .submissions import perfect, solution_sources, with_answer
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import perfect, solution_sources, with_answer
 
 # The first student's notebook leaves what it can behind: files wherever it may write, an
 # environment variable, module state, a process that outlives its cell. It also looks for the

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from autograder.checks.sliding_window import LINEAR_MEMORY, VECTORISED
 
-from .submissions import parts, verdict
+from .helpers.submissions import parts, verdict
 from .test_forbidden_routes import _window_attention_loop
 
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, 7], ids=["visible", "hidden"])

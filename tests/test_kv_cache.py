@@ -23,8 +23,8 @@ from autograder.checks import CHECKS
 from autograder.checks import kv_cache as kc
 from autograder.paths import REPO, source_notebook
 
-from . import alternatives_09
-from .submissions import (
+from .helpers import alternatives_09
+from .helpers.submissions import (
     mistake,
     names_the_notebook_binds,
     namespace,

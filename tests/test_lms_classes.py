@@ -1,6 +1,6 @@
 """A class as each LMS exports it, graded with `make grade` end to end, with the LMS's own roster.
 
-Each export (tests/lms_exports.py) holds 4 students and 2 notebooks, a resubmission (its older
+Each export (tests/helpers/lms_exports.py) holds 4 students and 2 notebooks, a resubmission (its older
 attempt holds the unanswered release, so grading the wrong one shows), a late file, a renamed
 file and files that are not notebooks; the roster adds a student who handed in nothing. The zip
 sits at a path with spaces and parentheses, as downloads land. Every row of grades.csv (the
@@ -22,9 +22,9 @@ from nbgrader.api import Gradebook
 
 from autograder.paths import REPO
 
-from .lms_exports import STUDENTS, blackboard_export, canvas_export, gradescope_export, moodle_export
-from .machine import needs_sandbox
-from .submissions import perfect, release
+from .helpers.lms_exports import STUDENTS, blackboard_export, canvas_export, gradescope_export, moodle_export
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import perfect, release
 
 NOTEBOOKS = ("04_rope", "07_rmsnorm")
 FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}

@@ -13,8 +13,8 @@ from autograder.checks import CHECKS
 from autograder.cli import main
 from autograder.reference import assignment_of
 
-from .machine import busy_processes, needs_sandbox
-from .submissions import perfect
+from .helpers.machine import busy_processes, needs_sandbox
+from .helpers.submissions import perfect
 
 # The notebooks whose checks have load-sensitive guards (00: a training's accuracy; 08: a training
 # step's wall-clock limit), and an ordinary one.

@@ -33,7 +33,7 @@ from autograder.checks.moe import (
 from autograder.core import TOLERANCES
 from autograder.paths import REPO, source_notebook
 
-from .submissions import mistake, names_the_notebook_binds, parts, verdict
+from .helpers.submissions import mistake, names_the_notebook_binds, parts, verdict
 
 ASSIGNMENT = "06_moe"
 RTOL, ATOL = TOLERANCES[torch.float32]

@@ -15,7 +15,7 @@ from autograder.checks import CHECKS
 from autograder.paths import IMAGES, NOTEBOOKS, assignments, source_notebook
 from autograder.reference import is_reference_cell
 
-from .submissions import answer_lines, release
+from .helpers.submissions import answer_lines, release
 
 
 def test_build_is_current_and_solution_notebooks_execute():

@@ -14,7 +14,7 @@ from autograder.printable import UNPRINTABLE
 from autograder.progress import Question, Seen, course_questions, read_questions
 from autograder.student import main
 
-from .submissions import mistake, mutant, perfect, release
+from .helpers.submissions import mistake, mutant, perfect, release
 
 LABEL = "> **Difficulty** ●●○○○ · **Importance** ★★★★☆ · **about 20 min**"
 TEST = ("test", 'check("07.rmsnorm", F)')
@@ -88,7 +88,7 @@ def test_the_hidden_twin_of_a_check_is_not_a_question_of_its_own():
 
 def _run_tests_of(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Outputs as a kernel leaves them: each visible test cell's verdict, printed or raised."""
-    from .submissions import namespace, objects_for
+    from .helpers.submissions import namespace, objects_for
 
     names = namespace(notebook)
     for cell in notebook.cells:

@@ -31,9 +31,9 @@ from autograder import cgroup
 from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
-from .feedback import page_text
-from .machine import needs_sandbox
-from .submissions import digests, grade_id, perfect, solution_sources, with_answer
+from .helpers.feedback import page_text
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import digests, grade_id, perfect, solution_sources, with_answer
 
 pytestmark = needs_sandbox
 
@@ -810,7 +810,7 @@ def test_no_student_script_runs_in_the_pages_an_instructor_opens(graded, tmp_pat
     uncleaned = nbformat.v4.new_notebook(cells=[new_code_cell("show()", outputs=[payload])])
     control = _formgrade_page(uncleaned, tmp_path / "control.html", sanitize=True)
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "canary.py"), *map(str, [control, *pages])],
+        [sys.executable, str(REPO / "tests" / "helpers" / "canary.py"), *map(str, [control, *pages])],
         capture_output=True,
         text=True,
         timeout=180,

@@ -24,8 +24,8 @@ from autograder.checks import CHECKS
 from autograder.paths import SOLUTIONS, assignments, source_notebook
 from autograder.reference import mistakes
 
-from .jupyter_server import browse, running_lab
-from .submissions import mutant, perfect
+from .helpers.jupyter_server import browse, running_lab
+from .helpers.submissions import mutant, perfect
 from .test_environment import pins_of
 
 REPO = Path(__file__).resolve().parents[1]

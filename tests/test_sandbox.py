@@ -13,7 +13,7 @@ from autograder import cgroup
 from autograder.clean import CleanMetadata, FenceStudentMarkdown, clean_cell, clean_output
 from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root
 
-from .machine import needs_sandbox
+from .helpers.machine import needs_sandbox
 
 GROUPS_MISSING = cgroup.unavailable_reason()
 needs_groups = pytest.mark.skipif(bool(GROUPS_MISSING), reason=f"no process groups here: {GROUPS_MISSING}")

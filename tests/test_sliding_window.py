@@ -42,8 +42,8 @@ from autograder.checks.sliding_window import (
 from autograder.core import TOLERANCES, Case, _fresh_copy, judge
 from autograder.paths import REPO, source_notebook
 
-from .alternatives import ALTERNATIVES
-from .alternatives_03 import (
+from .helpers.alternatives import ALTERNATIVES
+from .helpers.alternatives_03 import (
     ODD_ONLY,
     CatZerosLayer,
     HomeworkLayer,
@@ -52,8 +52,8 @@ from .alternatives_03 import (
     HomeworkStubBuildsRoPE,
     HomeworkTableKeywordOnly,
 )
-from .alternatives_04 import RoPEHomework, RoPEOwnAttributeName, RoPEReal, rotation_matrix_complex
-from .submissions import mistake, parts, verdict
+from .helpers.alternatives_04 import RoPEHomework, RoPEOwnAttributeName, RoPEReal, rotation_matrix_complex
+from .helpers.submissions import mistake, parts, verdict
 
 ASSIGNMENT = "03_sliding_window"
 RTOL, ATOL = TOLERANCES[torch.float32]

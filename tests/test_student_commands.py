@@ -12,8 +12,8 @@ from autograder.cells import grade_id
 from autograder.printable import UNPRINTABLE
 from autograder.student import main
 
-from .machine import needs_sandbox
-from .submissions import release
+from .helpers.machine import needs_sandbox
+from .helpers.submissions import release
 
 # A window title (OSC 0), a clipboard write (OSC 52), clear screen (CSI 2J, then its C1 form) and a
 # right-to-left override

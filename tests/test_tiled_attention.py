@@ -25,8 +25,8 @@ from autograder.checks.tiled_attention import (
 )
 from autograder.core import judge
 
-from .alternatives_11 import attention_prose
-from .submissions import parts
+from .helpers.alternatives_11 import attention_prose
+from .helpers.submissions import parts
 
 ASSIGNMENT = "11_tiled_attention"
 HIDDEN_SEED = 5

@@ -45,8 +45,8 @@ from autograder.exchange import write_cases
 from autograder.lent_model import lent_model_in
 from autograder.paths import source_notebook
 
-from .homework_08 import BLOCKS, TRANSFORMER
-from .submissions import (
+from .helpers.homework_08 import BLOCKS, TRANSFORMER
+from .helpers.submissions import (
     mistake,
     mutant,
     names_the_notebook_binds,
@@ -320,7 +320,7 @@ def test_renamed_parts_get_every_point_and_a_line_of_advice():
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_code_written_from_the_homework_gets_full_marks(block):
-    """Questions 23 and 24 as the homework's text leads (tests/homework_08.py): parts named as the
+    """Questions 23 and 24 as the homework's text leads (tests/helpers/homework_08.py): parts named as the
     student likes, the MoE under the feed-forward's name, an int period."""
     names = notebook_names(block=BLOCKS[block], transformer=TRANSFORMER)
     for check, answer_name, seeds in (

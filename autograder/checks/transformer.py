@@ -1040,7 +1040,7 @@ MODEL = Check(
         Concern(CAST, weight=1),
     ],
     measured=("float32 logits", "logits cast and back", REVERSED, PREFIXED, *PART_GRADED_IN),
-    # Correct parts that order their float32 operations otherwise (tests/alternatives_08.py,
+    # Correct parts that order their float32 operations otherwise (tests/helpers/alternatives_08.py,
     # TransformerOfOtherParts) move the whole model's logits through two or three blocks: of 1000 seeds
     # of every correct answer, 0.09 of this tolerance at most, about float32's own (seed 970,
     # `benchmarks/hardest_seeds.py 08.transformer --seeds 1000`); the mistakes move them by whole units.

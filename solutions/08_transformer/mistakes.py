@@ -3,7 +3,7 @@ as mutants.
 
 Instructor-side only (next to the reference, not released). Each is complete, with exactly one
 thing wrong. The end-to-end tests paste this file into an answer cell of the notebook, below the
-cells of notebooks 03-07 and the reference's own answer (tests/submissions.py::mutant): so the
+cells of notebooks 03-07 and the reference's own answer (tests/helpers/submissions.py::mutant): so the
 mistakes build the notebook's parts by their names (RMSNorm, EfficientSlidingWindowMultiheadAttention,
 MoeLayer, get_rotation_matrix, TransformerBlock), which the checks replace with their stand-ins as
 they do a student's, and define none of the notebook's names: their helpers start with an

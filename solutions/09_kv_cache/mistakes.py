@@ -3,7 +3,7 @@ them as mutants.
 
 Instructor-side only (next to the reference, not released). Each is complete, with exactly one
 thing wrong. The end-to-end tests paste this file into an answer cell of the notebook
-(tests/submissions.py::mutant), so it defines none of the notebook's names: the right parts a
+(tests/helpers/submissions.py::mutant), so it defines none of the notebook's names: the right parts a
 mistake needs are written again here under names of their own (`_RoPE`, `_repeat_kv`,
 `_sampling_distribution`).
 

@@ -1,6 +1,6 @@
 """Open HTML pages in headless Chromium and print, per page, what its canary says.
 
-    python tests/canary.py [--read] [--screenshots=DIR] PAGE [PAGE ...]
+    python tests/helpers/canary.py [--read] [--screenshots=DIR] PAGE [PAGE ...]
 
 The red team's payloads set `window.PWNED` to a number naming the attack that ran; a page
 where no script of a student ran leaves it undefined (printed as null). With --read, each

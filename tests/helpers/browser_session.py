@@ -1,6 +1,6 @@
 """Drive JupyterLab in headless Chromium: run a notebook, then use one of its widgets.
 
-    python tests/browser_session.py URL SCREENSHOT SCENARIO
+    python tests/helpers/browser_session.py URL SCREENSHOT SCENARIO
 
 SCENARIO "hints" (notebook 07): click the hint widget through to the solution.
 SCENARIO "playground" (notebook 00): press Train in the spirals playground, see it redraw.

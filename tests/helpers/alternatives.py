@@ -1,6 +1,6 @@
 """Correct answers written differently from the reference: every check must accept them.
 
-One module per notebook (tests/alternatives_NN.py), each with its ALTERNATIVES by check name.
+One module per notebook (tests/helpers/alternatives_NN.py), each with its ALTERNATIVES by check name.
 """
 
 from .alternatives_00 import ALTERNATIVES as ALTERNATIVES_00

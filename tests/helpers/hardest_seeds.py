@@ -1,5 +1,5 @@
 """The hidden seeds on which correct answers come closest to failing, found once by
-benchmarks/hardest_seeds.py and kept in tests/hardest_seeds.json.
+benchmarks/hardest_seeds.py and kept in tests/helpers/hardest_seeds.json.
 
 Each check's entry holds its seeds, the names of the answers that were scanned and a
 fingerprint of the hidden cases those seeds draw: when either changes, the seeds are no
