@@ -12,6 +12,7 @@ from ..core import Check
 _ALL = [
     check
     for module in pkgutil.iter_modules(__path__)
+    if not module.name.startswith("_")  # _toolkit: what several notebooks' checks share
     for check in importlib.import_module(f"{__name__}.{module.name}").CHECKS
 ]
 _NAMES = [c.name for c in _ALL]

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
+from ._toolkit import LIBRARY_SOFTMAX, MULTI_HEAD_ATTENTION_USES, SDPA_USES, SOFTMAX_USES
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -103,39 +104,6 @@ def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
     gap = _gap(p, torch.softmax(x, dim=case.inputs["dim"]))
     return None if gap <= 1e-5 else f"torch.softmax {_differs(gap)}"
 
-
-# The library's softmax in all its spellings: nn.Softmax, nn.Softmin and nn.LogSoftmax call these;
-# log_softmax(x).exp() is the softmax too.
-SOFTMAX_NAMES = (
-    "torch.softmax",
-    "torch.Tensor.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch._softmax",
-    "torch._safe_softmax",
-    "torch.nn.functional.softmin",
-    "torch.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.special.log_softmax",
-    "torch._log_softmax",
-)
-LIBRARY_SOFTMAX = library_calls(*SOFTMAX_NAMES)
-HALF_TO_FLOAT = ("torch._softmax", "torch._log_softmax")  # the private spellings: a third argument
-
-
-def sample_rows() -> tuple:
-    return torch.linspace(-2.0, 2.0, 12).reshape(3, 4), -1
-
-
-def _rows_in_float32() -> tuple:  # the private spellings' third argument: half_to_float
-    return *sample_rows(), False
-
-
-# Each spelling, traced: the operations they compute with (Check.forbidden_uses).
-SOFTMAX_USES = tuple(
-    LibraryUse(name, _rows_in_float32 if name in HALF_TO_FLOAT else sample_rows) for name in SOFTMAX_NAMES
-)
 
 SOFTMAX = Check(
     name="01.softmax",
@@ -248,42 +216,6 @@ LIBRARY_MULTI_HEAD_ATTENTION = library_calls(
     "torch.nn.functional.multi_head_attention_forward", "torch._native_multi_head_attention"
 )
 
-
-def _native_attention_inputs() -> tuple:
-    """x (B=1, T=3, D=4) as query, key and value, 2 heads, and the projections' weights and biases."""
-    x = torch.linspace(-1.0, 1.0, 12).reshape(1, 3, 4)
-    in_weight, out_weight = (
-        torch.linspace(-1.0, 1.0, 48).reshape(12, 4),
-        torch.linspace(-1.0, 1.0, 16).reshape(4, 4),
-    )
-    return x, x, x, 4, 2, in_weight, torch.zeros(12), out_weight, torch.zeros(4)
-
-
-# The fused kernel alone: multi_head_attention_forward is Python over linear layers and
-# scaled_dot_product_attention, no operation of its own, and those parts are not what Questions 4 and 5
-# forbid. Its Python name is refused.
-MULTI_HEAD_ATTENTION_USES = (LibraryUse("torch._native_multi_head_attention", _native_attention_inputs),)
-
-
-def _qkv() -> tuple:
-    q = torch.linspace(-1.0, 1.0, 24).reshape(1, 2, 3, 4)
-    return q, q.flip(-1), q.flip(-2)
-
-
-def _qkv_and_mask() -> tuple:
-    return *_qkv(), torch.ones(3, 3, dtype=torch.bool).tril()
-
-
-SDPA = "torch.nn.functional.scaled_dot_product_attention"
-# The fused kernels that F.scaled_dot_product_attention picks, unmasked, causal and masked. Not its
-# "math" fallback (torch._scaled_dot_product_attention_math), which is the matrix products and softmax
-# an answer is written in: its Python name is refused.
-SDPA_USES = (
-    LibraryUse(SDPA, _qkv),
-    LibraryUse(SDPA, _qkv, (("is_causal", True),)),
-    LibraryUse(SDPA, _qkv_and_mask),
-    LibraryUse("torch._scaled_dot_product_flash_attention_for_cpu", _qkv),
-)
 
 ATTENTION = Check(
     name="01.attention",

@@ -8,10 +8,8 @@ sorted by their sum, which no naming or registration order changes.
 
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from ..core import (
@@ -25,7 +23,19 @@ from ..core import (
     library_calls,
     names_replaced,
 )
-from .warmup import LARGE, LARGE_Z, MODERATE_Z, activation_check, derivative_uses, sample_z
+from ._toolkit import (
+    LARGE,
+    LARGE_Z,
+    MODERATE_Z,
+    activation_check,
+    bias_free,
+    both_orders,
+    count_biases,
+    derivative_uses,
+    gated_parameters,
+    sample_z,
+    zero,
+)
 
 Tensor = torch.Tensor
 
@@ -60,87 +70,6 @@ GELU = activation_check(
 # ----------------------------------------------------------------- finding the projections
 
 
-PARAMETERS_UNEXPECTED = (
-    "your module's parameters"  # in every message of gated_parameters: an ErrorHint keys on it
-)
-
-
-@dataclass(frozen=True)
-class GatedParameters:
-    """A gated unit's matrices, found by their shapes: the two projections (or one fused), the
-    down projection where there is one, and the biases (every other parameter, all vectors)."""
-
-    projections: list[nn.Parameter]
-    down: nn.Parameter | None
-    biases: list[nn.Parameter]
-
-
-def gated_parameters(module: nn.Module, d_in: int, d_hidden: int, down: bool = False) -> GatedParameters:
-    """Two (d_hidden, d_in) matrices or one fused (2 d_hidden, d_in), and with `down` one (d_in,
-    d_hidden); any other parameter must be a vector (a bias). Raises a message listing the
-    module's parameters when they do not fit."""
-    named = list(module.named_parameters())
-    pair = [p for _, p in named if tuple(p.shape) == (d_hidden, d_in)]
-    fused = [p for _, p in named if tuple(p.shape) == (2 * d_hidden, d_in)]
-    downs = [p for _, p in named if tuple(p.shape) == (d_in, d_hidden)] if down else []
-    projections = pair if len(pair) == 2 and not fused else fused if len(fused) == 1 and not pair else []
-    found = [*projections, *downs]
-    rest = [p for _, p in named if not any(p is q for q in found)]
-    if not projections or len(downs) != int(down) or any(p.dim() != 1 for p in rest):
-        wanted = (
-            f"two weight matrices of shape ({d_hidden}, {d_in}), as two nn.Linear({d_in}, {d_hidden}, "
-            f"bias=False) hold them (or one fused ({2 * d_hidden}, {d_in}))"
-        )
-        if down:
-            wanted += f", and one of shape ({d_in}, {d_hidden}), as nn.Linear({d_hidden}, {d_in}, bias=False)"
-        listing = ", ".join(f"{name} {tuple(p.shape)}" for name, p in named) or "none"
-        raise ValueError(f"expected {wanted}, and no other matrix; {PARAMETERS_UNEXPECTED}: {listing}")
-    return GatedParameters(projections, downs[0] if down else None, rest)
-
-
-def load_pair(projections: list[nn.Parameter], first: Tensor, second: Tensor) -> None:
-    """`first` into the first projection and `second` into the second (or both into a fused one)."""
-    with torch.no_grad():
-        if len(projections) == 1:
-            projections[0].copy_(torch.cat([first, second]))
-        else:
-            projections[0].copy_(first)
-            projections[1].copy_(second)
-
-
-def both_orders(run: Callable[[], Tensor], projections, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """run() with (a, b) loaded and with (b, a) loaded, sorted by the sum of the output."""
-    outputs = []
-    for first, second in ((a, b), (b, a)):
-        load_pair(projections, first, second)
-        outputs.append(run())
-    return tuple(sorted(outputs, key=_sum_or_inf))
-
-
-def _sum_or_inf(output) -> float:
-    try:
-        total = float(output.detach().double().sum())
-    except Exception:  # not a tensor: the comparison names it
-        return float("inf")
-    return total if total == total else float("inf")  # NaN last
-
-
-def zero(parameters: list[nn.Parameter]) -> None:
-    with torch.no_grad():
-        for parameter in parameters:
-            parameter.zero_()
-
-
-def bias_free(concern: str, what: str, advice: str) -> Property:
-    """The property of the cases that count bias vectors (output "bias vectors", the reference's 0)."""
-
-    def test(case: Case, out: Outputs) -> str | None:
-        biases = int(out["bias vectors"])
-        return None if biases == 0 else f"{what} holds {biases} bias vector(s): {advice}"
-
-    return Property("bias-free", test, concern=concern)
-
-
 # ----------------------------------------------------------------------------- SiGLU
 
 SIGLU_CORE = "(W x) * sigmoid(W_g x)"
@@ -173,12 +102,6 @@ def siglu_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     sizes = [(d_in, d_out) for _, d_in, d_out in shapes]
     name = f"the parameters of SiGLU{', SiGLU'.join(map(str, sizes))}"
     return [*cases, Case(name, {"count_biases": sizes}, concern=BIAS_FREE)]
-
-
-def count_biases(build, sizes: list[tuple[int, int]], with_down: bool = False) -> Outputs:
-    """The bias vectors of build(*size) for each size, all together."""
-    biases = sum(len(gated_parameters(build(a, b), a, b, down=with_down).biases) for a, b in sizes)
-    return {"bias vectors": torch.tensor(biases)}
 
 
 def run_siglu(siglu_class, case: Case) -> Outputs:

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, names_replaced
-from .rope import random_rotation_table, reference_rotation
+from ._toolkit import random_rotation_table, reference_rotation
 
 Tensor = torch.Tensor
 ASSIGNMENT = "09_kv_cache"

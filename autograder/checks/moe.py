@@ -10,7 +10,17 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, names_replaced
-from .gated_ffn import PARAMETERS_UNEXPECTED, bias_free, both_orders, count_biases, gated_parameters, zero
+from ._toolkit import (
+    PARAMETERS_UNEXPECTED,
+    BlackBoxExpert,
+    bias_free,
+    both_orders,
+    build_with_stand_ins,
+    count_biases,
+    gated_parameters,
+    modules_with_own_weights,
+    zero,
+)
 
 Tensor = torch.Tensor
 
@@ -201,17 +211,6 @@ def run_init(moe_class, case: Case) -> Outputs:
     }
 
 
-def modules_with_own_weights(modules: list) -> int:
-    """How many modules share no parameter tensor with another ([FeedForward(...)] * E, or copies
-    of one module made with copy.copy, share theirs)."""
-    owners: dict[int, set[int]] = {}
-    for i, module in enumerate(modules):
-        for parameter in module.parameters():
-            owners.setdefault(id(parameter), set()).add(i)
-    shared = {i for holders in owners.values() if len(holders) > 1 for i in holders}
-    return len(modules) - len(shared)
-
-
 def _distinct(case: Case, out: Outputs) -> str | None:
     if "distinct experts" not in out or int(out["distinct experts"]) == int(out["number of experts"]):
         return None
@@ -281,38 +280,6 @@ ROUTING_SHAPES = [
     (1, 6, 8, 3, 3),
     (1, 4, 8, 1, 1),
 ]  # B T D E K
-
-
-class BlackBoxExpert(nn.Module):
-    """A trusted stand-in for a student's expert: tanh(x A + b), no parameters, any (..., D) input."""
-
-    def __init__(self, a: Tensor, b: Tensor):
-        super().__init__()
-        self.a, self.b = a, b
-
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(x @ self.a + self.b)
-
-
-class StandIn(nn.Module):
-    """What a student's class builds in place of one of its parts (an expert, a block's attention)
-    when that part cannot be built: the check replaces the part anyway, so an unfinished part costs
-    the question that only wires it nothing."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-
-
-def build_with_stand_ins(cls, args: tuple, parts: tuple[str, ...]):
-    """cls(*args); if that raises, again with the classes and functions named in `parts`, as its
-    __init__ finds them, replaced by StandIn meanwhile, defined or not (a cell that failed leaves
-    its class undefined). Finished parts are kept when cls builds: an __init__ may read their weights."""
-    try:
-        return cls(*args)
-    except Exception:
-        pass
-    with names_replaced(cls, dict.fromkeys(parts, StandIn)):
-        return cls(*args)
 
 
 def _routing_inputs(g: torch.Generator, b: int, t: int, d: int, e: int, k: int) -> dict:

@@ -5,8 +5,8 @@ Key: B batch, H heads, T sequence length, Dh head dim, C context size (rows of t
 
 import torch
 
-from .. import reference
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ._toolkit import random_rotation_table, reference_rotation
 
 # ------------------------------------------------------------------ get_rotation_matrix
 
@@ -72,14 +72,6 @@ ROTATION_MATRIX = Check(
 # ------------------------------------------------------------------------- RoPE.forward
 
 ROPE_SHAPES = [(2, 3, 5, 8, 12), (1, 1, 1, 2, 4), (1, 2, 7, 16, 7), (3, 2, 6, 4, 10)]  # B, H, T, Dh, C
-
-
-def random_rotation_table(g: torch.Generator, context: int, half: int) -> torch.Tensor:
-    """e^(i p f_k) for random frequencies f_k: a valid table that is not the reference's, so a
-    forward that rebuilds its own table instead of using the one it is given fails."""
-    freqs = torch.rand(half, generator=g) * 1.5 + 0.01
-    angles = torch.outer(torch.arange(context, dtype=torch.float32), freqs)
-    return torch.polar(torch.ones_like(angles), angles)
 
 
 CORE = "float32 q and k"
@@ -160,17 +152,6 @@ def _position0_identity(case: Case, out: Outputs) -> str | None:
     return (
         None if gap < 1e-5 else f"the query at position 0 moved by up to {gap:.3g}; row 0 of the table is 1"
     )
-
-
-def reference_rotation(
-    assignment: str, rotation_matrix: torch.Tensor, x: torch.Tensor, start_pos: int | None = None
-) -> torch.Tensor:
-    """x rotated by the reference's RoPE of `assignment`, in float32: what a property compares a
-    student's rotation with, made with the cases and kept judge-only. The reference is on the
-    judge's side only (a student's copy has none), so that no RoPE of the package's can be wrapped
-    into an answer."""
-    rope = reference.namespace(assignment)["RoPE"](rotation_matrix)
-    return (rope(x, x) if start_pos is None else rope(x, x, start_pos))[0].float()
 
 
 def _rotation_2x2(case: Case, out: Outputs) -> str | None:

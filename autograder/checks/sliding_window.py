@@ -15,7 +15,7 @@ import inspect
 import torch
 
 from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, OperationCount, Outputs, Property
-from .rope import random_rotation_table, reference_rotation
+from ._toolkit import random_rotation_table, reference_rotation
 
 # ------------------------------------------------------------------ shared by the checks
 

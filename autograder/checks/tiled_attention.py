@@ -31,7 +31,8 @@ from ..core import (
     Property,
     library_calls,
 )
-from . import attention
+from . import _toolkit
+from ._toolkit import MULTI_HEAD_ATTENTION_USES, SDPA_USES, sample_rows
 
 Tensor = torch.Tensor
 
@@ -370,7 +371,7 @@ def _one_block_at_a_time(case: Case, out: Outputs) -> str | None:
 
 # The library's softmax (notebook 01's list), and logsumexp (the normaliser in one call).
 LIBRARY_SOFTMAX = (
-    *attention.LIBRARY_SOFTMAX,
+    *_toolkit.LIBRARY_SOFTMAX,
     *library_calls("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
 )
 
@@ -390,7 +391,7 @@ LIBRARY_ATTENTION = library_calls(
 
 # Traced (Check.forbidden_uses): PyTorch's attention kernels, and the operations of softmax's other
 # spellings. Not gumbel_softmax, which draws random numbers: its softmax is the one traced already.
-ATTENTION_USES = (*attention.SDPA_USES, *attention.MULTI_HEAD_ATTENTION_USES)
+ATTENTION_USES = (*SDPA_USES, *MULTI_HEAD_ATTENTION_USES)
 
 
 def _row_and_mask() -> tuple:
@@ -407,9 +408,9 @@ def _logits_and_classes() -> tuple:
 
 
 SOFTMAX_USES = (
-    *attention.SOFTMAX_USES,
+    *_toolkit.SOFTMAX_USES,
     *(
-        LibraryUse(name, attention.sample_rows)
+        LibraryUse(name, sample_rows)
         for name in ("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp")
     ),
     LibraryUse("torch._masked_softmax", _row_and_mask),

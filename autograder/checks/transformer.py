@@ -35,8 +35,8 @@ from ..core import (
 )
 from ..lent_model import refuse_the_lent_model, refusing_the_lent_model
 from ..playground import one_thread
-from .moe import BlackBoxExpert as BlackBox
-from .moe import StandIn, build_with_stand_ins, modules_with_own_weights
+from ._toolkit import BlackBoxExpert as BlackBox
+from ._toolkit import StandIn, build_with_stand_ins, modules_with_own_weights
 
 Tensor = torch.Tensor
 ASSIGNMENT = "08_transformer"

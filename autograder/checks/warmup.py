@@ -11,7 +11,6 @@ forward that is not that MLP, or a loop that takes no step, cannot pass.
 """
 
 import math
-from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -19,21 +18,7 @@ import torch.nn.functional as F
 from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
 from ..exchange import MAX_OUTPUTS
 from ..playground import one_thread, spirals_split
-
-# Autograd computes the derivatives that the gradient step and the activations ask for by hand
-# (torch.func and torch.autograd.functional call torch.autograd.grad). It has no operation of its own
-# to trace: its engine called another way runs out of Python's sight, and is refused as such.
-AUTOGRAD = library_calls("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward")
-
-
-def sample_z() -> tuple:
-    return (torch.linspace(-3.0, 3.0, 7),)
-
-
-def derivative_uses(*names: str) -> tuple[LibraryUse, ...]:
-    """Activations that a question asks for with their derivatives, traced forwards and backwards."""
-    return tuple(LibraryUse(name, sample_z, derivative=True) for name in names)
-
+from ._toolkit import AT_ZERO, AUTOGRAD, LARGE, LARGE_Z, MODERATE_Z, activation_check, derivative_uses
 
 # ------------------------------------------------------------------------------ neuron
 
@@ -272,140 +257,9 @@ GRADIENT_STEP = Check(
 
 # -------------------------------------------------------------------------- activations
 
-SLOPE_STEP = 1e-5  # h of the central difference (f(z + h) - f(z - h)) / 2h, in float64
 
-# The kinds of input the activation checks draw. Each check names the kinds that grade a concern of
-# their own; the others grade its core. The seed's formulas, 1 / (1 + e^-z) and z / (1 + e^-z),
-# cannot overflow, and it defines no derivative: overflow at large |z| (written another way) and
-# ReLU's value at the kink z = 0 (any value in [0, 1] is a subgradient) are edges it left open.
-MODERATE, AT_ZERO, LARGE = "moderate", "at zero", "large"
-MODERATE_Z = "z between about -45 and 45"
-LARGE_Z = "z as large as -1000 and 1000: no overflow into NaN"
 NONZERO_Z = "z other than 0"
 ZERO_Z = "z = 0, where this course takes relu'(0) = 0"
-
-LARGE_VALUES = [-1000.0, -100.0, -88.0, -20.0, 20.0, 88.0, 100.0, 1000.0]  # e^88.7 overflows float32
-
-
-def _random_shape(g: torch.Generator) -> tuple[int, ...]:
-    ndim = int(torch.randint(1, 4, (), generator=g))
-    return tuple(int(d) for d in torch.randint(1, 8, (ndim,), generator=g))
-
-
-def _activation_inputs(g: torch.Generator, hidden: bool) -> list[tuple[str, str, torch.Tensor]]:
-    """(kind, name, z) of each case. No z of kind MODERATE or LARGE is exactly 0."""
-    inputs = [
-        (MODERATE, "24 values from -5.75 to 5.75 in steps of 0.5", torch.linspace(-5.75, 5.75, 24)),
-        (MODERATE, "a (3, 4) matrix", torch.randn(3, 4, generator=g)),
-        (AT_ZERO, "z = 0 among -2, -0.5, 0.5 and 2", torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0])),
-        (LARGE, f"large |z|: {', '.join(f'{v:g}' for v in LARGE_VALUES)}", torch.tensor(LARGE_VALUES)),
-    ]
-    if hidden:
-        for _ in range(3):
-            shape, scale = _random_shape(g), float(10 ** torch.empty(()).uniform_(-1, 1, generator=g))
-            z = torch.randn(shape, generator=g) * scale
-            inputs.append((MODERATE, f"random z of shape {shape}, |z| ~ {scale:.3g}", z))
-        shape = _random_shape(g)
-        z = torch.randn(shape, generator=g)
-        z[torch.rand(shape, generator=g) < 0.4] = 0.0
-        z.view(-1)[0] = 0.0
-        inputs.append((AT_ZERO, f"random z of shape {shape}, some entries 0", z))
-        shape, scale = _random_shape(g), float(10 ** torch.empty(()).uniform_(2, 3, generator=g))
-        z = torch.randn(shape, generator=g) * scale
-        inputs.append((LARGE, f"random z of shape {shape}, |z| ~ {scale:.3g}", z))
-    return inputs
-
-
-def activation_cases(concerns: dict[str, str]) -> Callable[[torch.Generator, bool], list[Case]]:
-    """The cases of one activation check; `concerns` maps a kind of input to the concern it grades."""
-
-    def cases(g: torch.Generator, hidden: bool) -> list[Case]:
-        result = []
-        for kind, name, z in _activation_inputs(g, hidden):
-            slope = torch.randn(16, generator=g, dtype=torch.float64) * 4
-            slope = slope + slope.sign() * 0.01  # keep z +- h away from the kink at 0
-            inputs = {"z": z}
-            if kind != LARGE:  # slopes are at moderate z: the large-z part judges large z alone
-                inputs |= {"z_slope": slope, "h": SLOPE_STEP}
-            result.append(Case(f"{name}, float32", inputs, concern=concerns.get(kind, "")))
-        return result
-
-    return cases
-
-
-def run_activation(functions, case: Case) -> Outputs:
-    f, derivative = functions
-    z = case.inputs["z"]
-    outputs = {"f": f(z), "df": derivative(z)}
-    if "z_slope" in case.inputs:
-        zs, h = case.inputs["z_slope"], case.inputs["h"]
-        outputs |= {"f(z+h) float64": f(zs + h), "f(z-h) float64": f(zs - h), "df float64": derivative(zs)}
-    return outputs
-
-
-def _slope_agrees(case: Case, out: Outputs) -> str | None:
-    if "z_slope" not in case.inputs:
-        return None
-    zs, h = case.inputs["z_slope"], case.inputs["h"]
-    numeric = (out["f(z+h) float64"].double() - out["f(z-h) float64"].double()) / (2 * h)
-    yours = out["df float64"].double()
-    if numeric.shape != yours.shape or not torch.isfinite(numeric).all():
-        return None
-    gap = (numeric - yours).abs()
-    if bool((gap <= 1e-6 + 1e-6 * numeric.abs()).all()):
-        return None
-    k = int(gap.argmax())
-    return (
-        f"at z = {zs[k].item():.4g} the slope of your own function, (f(z+h) - f(z-h)) / 2h with h = {h:g}, "
-        f"is {numeric[k].item():.6g}, but your derivative says {yours[k].item():.6g}: one of the two is wrong"
-    )
-
-
-SLOPE = Property("the derivative agrees with the slope of your own function", _slope_agrees)
-NOT_A_TENSOR = ErrorHint(
-    "must be Tensor",
-    "work with torch functions (torch.exp, torch.clamp, torch.where), "
-    "not math.exp or numpy: they take a tensor and return one.",
-)
-
-
-def activation_check(
-    name: str,
-    functions: tuple[str, str],
-    library: Sequence[tuple[Callable, str]],
-    uses: Sequence[LibraryUse],
-    concerns: tuple[Concern, Concern],
-    edge: str,
-    hints: list[str],
-    notebook: str = "00",
-    answer: str = "activations",
-) -> Check:
-    """The check of one activation and its derivative, which may call neither its library
-    version (`library`, from library_calls; `uses`, its operations forwards and backwards, from
-    derivative_uses) nor autograd. `concerns` are the core and one edge,
-    graded on the inputs of kind `edge`; `answer` is the grade_id of the cell defining both."""
-    f, df = functions
-    return Check(
-        name=f"{notebook}.{name}",
-        target=functions,
-        answer=answer,
-        cases=activation_cases({edge: concerns[1].name}),
-        run=run_activation,
-        concerns=concerns,
-        outputs={
-            "f": f"{f}(z)",
-            "df": f"{df}(z)",
-            "f(z+h) float64": f"{f}(z + h) for a float64 z",
-            "f(z-h) float64": f"{f}(z - h) for a float64 z",
-            "df float64": f"{df}(z) for a float64 z",
-        },
-        forbidden=(*library, *AUTOGRAD),
-        forbidden_uses=uses,
-        properties=[SLOPE],
-        error_hints=[NOT_A_TENSOR],
-        hints=hints,
-        hidden_points=1.0,  # three short formulas: together worth less than the spirals question
-    )
 
 
 SIGMOID = activation_check(
