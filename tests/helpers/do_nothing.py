@@ -185,6 +185,7 @@ def do_nothing_notebook(assignment: str, kind: str) -> nbformat.NotebookNode:
     notebook = nbformat.read(source_notebook(assignment), as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code" and nbgrader_meta(cell).get("solution"):
-            prelude = f'__do_nothing__ = __import__("tests.helpers.do_nothing", fromlist=["like"]).like("{kind}")\n'
+            module = "tests.helpers.do_nothing"
+            prelude = f'__do_nothing__ = __import__("{module}", fromlist=["like"]).like("{kind}")\n'
             cell.source = prelude + do_nothing_source(cell.source, kind)
     return notebook
