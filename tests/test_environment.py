@@ -2,7 +2,11 @@
 requirements.lock (everything, what `make setup` installs) and environment.yml (conda, Binder)."""
 
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -39,3 +43,22 @@ def test_the_lock_pins_every_direct_dependency_at_the_same_version():
     lock = pins_of((REPO / "requirements.lock").read_text().splitlines())
     direct = _pyproject()
     assert {name: lock.get(name) for name in direct} == direct
+
+
+def test_an_installed_course_holds_every_file_its_package_reads(tmp_path):
+    """A non-editable install (a wheel) must carry the package's data: the feedback and formgrader
+    templates, the visible cases, the questions and the checkpoint. Every tracked file under
+    autograder/ that is not Python must be in the wheel."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    source = tmp_path / "source"
+    for name in filter(None, tracked):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, source / name)
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*command, "--wheel-dir", str(tmp_path / "wheel"), str(source)], check=True, cwd=tmp_path)
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    data = {n for n in tracked if n.startswith("autograder/") and not n.endswith(".py")}
+    assert data, "no data files found: the test would pass vacuously"
+    assert data - set(zipfile.ZipFile(wheel).namelist()) == set()
