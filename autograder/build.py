@@ -136,8 +136,11 @@ def build(root: Path = REPO, only: list[str] | None = None, *, checkpoint: bool 
         raise SystemExit(f"no assignment {', '.join(unknown)} in solutions/; known: {', '.join(known)}")
     # First the checkpoint, from which 10's visible cases are computed, and the visible cases, which
     # the solution notebooks' checks read from `root` when it is the repository.
+    # The points into the source notebooks themselves (COURSE_SOLUTIONS may name another folder), or,
+    # in a build under another root, beside the other derived files for the build check to compare.
+    with staged(SOLUTIONS if root == REPO else root / "solutions") as out:
+        write_points(out, chosen)
     with staged(root) as out:
-        write_points(out / SOLUTIONS.relative_to(REPO), chosen)
         write_questions(out / QUESTIONS.relative_to(REPO), read_all_questions())
         write_points_tables(DOCS, out / DOCS.relative_to(REPO))
         if checkpoint and CHECKPOINT_SOURCE in chosen:
