@@ -70,16 +70,16 @@ def write_csv(path: Path, results: list[Result]) -> None:
                     csv_cell(r.student),
                     csv_cell(r.name),
                     csv_cell(r.notebook),
-                    csv_number(r.score),
-                    csv_number(r.max_score),
+                    _number(r.score),
+                    _number(r.max_score),
                     csv_cell(r.status),
                     csv_cell(r.reason),
                     "yes" if r.late else "",
                     csv_cell(r.submitted_at),
-                    csv_number(r.penalty),
-                    csv_number(r.final_score),
+                    _number(r.penalty),
+                    _number(r.final_score),
                 ]
-                + [csv_number(scores.get(q)) for q in questions]
+                + [_number(scores.get(q)) for q in questions]
             )
     partial.rename(path)
 
@@ -118,11 +118,11 @@ def csv_cell(text: str) -> str:
 
     A field starting with a formula character gets a leading apostrophe, as OWASP recommends
     against CSV injection (`=HYPERLINK(...)` as a folder name). Scores are numbers we write
-    ourselves (`csv_number`) and are left alone.
+    ourselves (`_number`) and are left alone.
     """
     text = shown(text)
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
-def csv_number(value: float | None) -> str:
+def _number(value: float | None) -> str:
     return "" if value is None else f"{value:g}"

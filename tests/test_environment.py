@@ -1,15 +1,17 @@
 """The three places that pin the environment agree: pyproject.toml (the direct dependencies),
-requirements.lock (everything, what `make setup` installs) and environment.yml (conda, Binder)."""
+requirements.lock (everything, what `make setup` installs) and environment.yml (conda, Binder); and
+the course installed from its wheel holds its data."""
 
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
 import yaml
+
+from autograder.release import build_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
@@ -56,9 +58,7 @@ def test_an_installed_course_holds_every_file_its_package_reads(tmp_path):
     for name in filter(None, tracked):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, source / name)
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*command, "--wheel-dir", str(tmp_path / "wheel"), str(source)], check=True, cwd=tmp_path)
-    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    wheel = build_wheel(source, tmp_path)
     data = {n for n in tracked if n.startswith("autograder/") and not n.endswith(".py")}
     assert data, "no data files found: the test would pass vacuously"
     assert data - set(zipfile.ZipFile(wheel).namelist()) == set()
