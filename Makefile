@@ -37,7 +37,7 @@ check-build: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course build --check
 
 # Rebuilt once per clone, then whenever a source notebook or a check changes.
-notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/checks/*.py)
+notebooks/.built: $(STAMP) $(wildcard solutions/*/* autograder/*.py autograder/checks/*.py grader/*.py grader/*/*.py)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course build
 	touch $@
 
@@ -56,8 +56,8 @@ grade: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_FLAGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check autograder tests benchmarks
-	$(BIN)/ruff format --check autograder tests benchmarks
+	$(BIN)/ruff check autograder grader tests benchmarks
+	$(BIN)/ruff format --check autograder grader tests benchmarks
 
 clean:  # never grades: an output folder is the instructor's to delete
 	rm -rf $(VENV)

@@ -1,4 +1,5 @@
-"""Checks, grading pipeline and self-study helpers of the transformer-internals course."""
+"""What a student has: the checks (run in the notebooks and judged at grading), self-study and the
+student's commands. A release ships this package as it is; the instructor's side is grader/."""
 
 from importlib import import_module
 

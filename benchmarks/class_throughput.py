@@ -36,8 +36,8 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import autograder.autograde as autograde  # noqa: E402
-import autograder.grading as grading  # noqa: E402
+import grader.grading as grading  # noqa: E402
+import grader.notebook.autograde as autograde  # noqa: E402
 from autograder.cells import grade_id  # noqa: E402
 from autograder.checks import CHECKS  # noqa: E402
 from autograder.paths import assignments  # noqa: E402

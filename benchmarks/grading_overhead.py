@@ -20,8 +20,8 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autograder.grading import Limits, grade  # noqa: E402
 from autograder.paths import assignments  # noqa: E402
+from grader.grading import Limits, grade  # noqa: E402
 from tests.helpers.submissions import perfect  # noqa: E402
 
 

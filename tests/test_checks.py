@@ -16,7 +16,7 @@ from autograder import CHECKS, CheckFailed, check, reference
 from autograder.api import make_cases
 from autograder.cells import grade_id
 from autograder.core import missing_import, run_stage
-from autograder.preprocessors import JudgedExecute
+from grader.notebook.preprocessors import JudgedExecute
 
 from .helpers import hardest_seeds
 from .helpers.alternatives import (

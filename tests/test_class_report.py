@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.class_report import write_class_report
-from autograder.grades import Result, failed, missing
+from grader.grades import Result, failed, missing
+from grader.record.class_report import write_class_report
 
 from .helpers.feedback import report_tables
 from .helpers.submissions import checks_of, mistake, mutant, perfect, release, verdicts_when_graded

@@ -18,9 +18,11 @@ import pytest
 import torch
 from PIL import Image
 
-from autograder import build
 from autograder import language_model as lm
-from autograder.build import (
+from autograder.checks import CHECKS
+from autograder.paths import REPO
+from grader import build
+from grader.build import (
     POINTS_TABLE_END,
     POINTS_TABLE_START,
     install,
@@ -29,9 +31,7 @@ from autograder.build import (
     stale_files,
     write_points_tables,
 )
-from autograder.checks import CHECKS
-from autograder.paths import REPO
-from autograder.points import points_table
+from grader.points import points_table
 
 ASSIGNMENT = "07_rmsnorm"  # a quick one with both a figure and visible cases
 SNAPSHOT = Path("autograder/expected/07.rmsnorm.pt")
@@ -89,7 +89,7 @@ def build_in(repo: Path, assignment: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COURSE_SOLUTIONS"}
     env["PYTHONPATH"] = str(repo)
     code = (
-        "import autograder.build as b, pathlib; "
+        "import grader.build as b, pathlib; "
         "assert pathlib.Path(b.__file__).parent.parent == pathlib.Path.cwd(), b.__file__; "
         f"b.build(only=[{assignment!r}], checkpoint=False)"
     )

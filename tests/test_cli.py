@@ -10,10 +10,10 @@ import nbformat
 
 from autograder.cells import grade_id
 from autograder.checks import CHECKS
-from autograder.class_list import _total
-from autograder.cli import main, summary_line
-from autograder.grades import Result
 from autograder.printable import UNPRINTABLE
+from grader.cli import main, summary_line
+from grader.grades import Result
+from grader.record.class_list import _total
 
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, release, solution_sources, with_answer
@@ -120,7 +120,7 @@ def test_a_row_for_the_terminal_names_the_student():
 def test_the_command_line_parses_its_arguments_before_importing_torch():
     """`course --help` and an instructor's mistake answer at once: torch (seconds to import on a
     loaded machine) is imported only by the commands that run checks or grade."""
-    probe = "import sys, autograder.cli; print('torch' in sys.modules)"
+    probe = "import sys, grader.cli; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -26,10 +26,10 @@ import pytest
 from distributed import Client
 from distributed.comm import connect
 
-from autograder import dask_cluster
-from autograder.autograde import Limits
-from autograder.cli import main
-from autograder.dispatch import Batch
+from grader.cli import main
+from grader.dispatch import dask_cluster
+from grader.dispatch.dispatch import Batch
+from grader.notebook.autograde import Limits
 
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import mistake, mutant, perfect, release

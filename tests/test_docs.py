@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli
+from grader import cli
 
 REPO = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 160
@@ -171,7 +171,8 @@ def python_strings(path: Path) -> str:
 def sources_naming_sections() -> dict[str, str]:
     """What else names a document's section: the package's messages and docstrings, the tests'
     messages, and the comments of the Makefile, pyproject.toml and CI."""
-    modules = sorted((REPO / "autograder").rglob("*.py")) + sorted((REPO / "tests").glob("*.py"))
+    modules = [p for package in ("autograder", "grader") for p in sorted((REPO / package).rglob("*.py"))]
+    modules += sorted((REPO / "tests").glob("*.py"))
     texts = {str(p.relative_to(REPO)): python_strings(p) for p in modules if p.name != "test_docs.py"}
     for name in ("Makefile", "pyproject.toml", ".ci/run"):
         texts[name] = (REPO / name).read_text(encoding="utf-8")

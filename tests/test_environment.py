@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from autograder.release import build_wheel
+from grader.release import build_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
@@ -59,6 +59,6 @@ def test_an_installed_course_holds_every_file_its_package_reads(tmp_path):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, source / name)
     wheel = build_wheel(source, tmp_path)
-    data = {n for n in tracked if n.startswith("autograder/") and not n.endswith(".py")}
+    data = {n for n in tracked if n.startswith(("autograder/", "grader/")) and not n.endswith(".py")}
     assert data, "no data files found: the test would pass vacuously"
     assert data - set(zipfile.ZipFile(wheel).namelist()) == set()

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import autograder.recognition as recognition
-from autograder import exports
-from autograder.inbox import Intake, IntakeFile, find_submissions, write_intake_report
+import grader.intake.recognition as recognition
 from autograder.paths import assignments
 from autograder.printable import UNPRINTABLE
+from grader.intake import exports
+from grader.intake.inbox import Intake, IntakeFile, find_submissions, write_intake_report
 from tests.helpers.lms_exports import (
     STUDENTS,
     blackboard_export,

@@ -19,11 +19,12 @@ import pytest
 from nbgrader.api import Gradebook
 from traitlets.config import Config
 
-from autograder import feedback, grading
 from autograder.checks import CHECKS
-from autograder.feedback import mathml, question
-from autograder.grades import Result
 from autograder.reference import assignment_of, mistakes
+from grader import grading
+from grader.grades import Result
+from grader.record import feedback
+from grader.record.feedback import mathml, question
 
 from .helpers.feedback import page_text
 from .helpers.jupyter_server import browse, running_lab

@@ -18,7 +18,7 @@ from autograder import CHECKS
 from autograder.cells import grade_id
 from autograder.checks.sliding_window import LINEAR_MEMORY, VECTORISED
 from autograder.core import forbidden_operations
-from autograder.grading import grade
+from grader.grading import grade
 
 from .helpers.alternatives_07 import RMSNormOneOverSqrt
 from .helpers.machine import needs_sandbox

@@ -25,13 +25,13 @@ import pytest
 from nbformat.v4 import new_code_cell
 from nbgrader.api import Gradebook
 
-import autograder.dispatch as dispatch
-import autograder.grading as grading
+import grader.dispatch.dispatch as dispatch
+import grader.grading as grading
 from autograder.checks import CHECKS
-from autograder.cli import main
 from autograder.core import Mistake, Verdict
 from autograder.paths import assignments
 from autograder.reference import assignment_of, mistakes
+from grader.cli import main
 
 from .helpers.feedback import page_text, report_tables
 from .helpers.machine import needs_sandbox
@@ -335,7 +335,7 @@ def test_feedback_hides_hidden_tests_reference_and_tracebacks(graded):
     for page in pages:
         text = page_text(page)
         assert "hidden=True" not in text and "BEGIN HIDDEN TESTS" not in text, page
-        assert "Traceback" not in text and "autograder/" not in text, page
+        assert "Traceback" not in text and "grader/" not in text, page  # nor autograder/
         if page.parent.name == "untouched":  # the others hold reference answers of their own
             assert not any(line in text for line in reference_lines), page
 

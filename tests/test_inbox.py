@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import autograder.inbox as inbox
-from autograder.cli import main, summary_line
-from autograder.exports import ID_RULE
-from autograder.grades import Result, write_csv
-from autograder.inbox import find_submissions
+import grader.intake.inbox as inbox
 from autograder.paths import NOTEBOOKS, assignments
 from autograder.printable import UNPRINTABLE, shown
+from grader.cli import main, summary_line
+from grader.grades import Result, write_csv
+from grader.intake.exports import ID_RULE
+from grader.intake.inbox import find_submissions
 
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'  # never read here
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

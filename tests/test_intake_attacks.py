@@ -1,4 +1,4 @@
-"""A fresh red team's round on the hardened intake (autograder/inbox.py, exports.py): each of these
+"""A fresh red team's round on the hardened intake (grader/intake/inbox.py, exports.py): each of these
 got through at 7c2c087 and is closed at its root since.
 
 A hostile student controls the files (names, contents, subfolders) inside her own folder or
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grading
-from autograder.autograde import Limits
-from autograder.inbox import find_submissions
 from autograder.paths import NOTEBOOKS
+from grader import grading
+from grader.intake.inbox import find_submissions
+from grader.notebook.autograde import Limits
 
 
 def _nb(mark: str) -> bytes:

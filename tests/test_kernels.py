@@ -1,4 +1,4 @@
-"""Kernels started ahead (autograder/kernels.py): a worker's next kernel starts while a notebook
+"""Kernels started ahead (grader/notebook/kernels.py): a worker's next kernel starts while a notebook
 runs, and nothing of one student's kernel is visible to another's."""
 
 import ast
@@ -12,8 +12,8 @@ import nbformat
 from jupyter_core.utils import run_sync
 from nbformat.v4 import new_code_cell
 
-from autograder.grading import grade
-from autograder.kernels import KernelsAhead
+from grader.grading import grade
+from grader.notebook.kernels import KernelsAhead
 
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, solution_sources, with_answer

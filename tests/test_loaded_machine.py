@@ -10,8 +10,8 @@ import nbformat
 import pytest
 
 from autograder.checks import CHECKS
-from autograder.cli import main
 from autograder.reference import assignment_of
+from grader.cli import main
 
 from .helpers.machine import busy_processes, needs_sandbox
 from .helpers.submissions import perfect

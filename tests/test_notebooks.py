@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from autograder import api
-from autograder.build import build, same_picture, stale_files
 from autograder.cells import check_calls, grade_id, is_test_cell
 from autograder.checks import CHECKS
 from autograder.paths import IMAGES, NOTEBOOKS, assignments, source_notebook
 from autograder.reference import is_reference_cell
+from grader.build import build, same_picture, stale_files
 
 from .helpers.submissions import answer_lines, release
 

@@ -6,9 +6,9 @@ import re
 import nbformat
 
 from autograder import progress
-from autograder.autograde import Graded, escaped
-from autograder.clean import clean_output
-from autograder.grades import Result
+from grader.grades import Result
+from grader.notebook.autograde import Graded, escaped
+from grader.notebook.clean import clean_output
 
 HOSTILE = "\x1b]0;pwn\x07\u202eRTL\u2066\x9b31m\x1bP1;2|x\x1b\\\rFORGED\x85NEL\u2028LS"
 RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\r]")

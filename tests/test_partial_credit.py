@@ -24,7 +24,7 @@ from autograder.core import (
     judge,
     run_stage,
 )
-from autograder.preprocessors import _outputs
+from grader.notebook.preprocessors import _outputs
 
 CORE, BFLOAT16, ADVICE = "float32 x", "bfloat16 x", "T = 1"
 

@@ -6,10 +6,10 @@ from datetime import datetime
 
 import pytest
 
-from autograder.cli import main
-from autograder.grades import Result, failed
-from autograder.late import CoursePenalty, LatePolicy
-from autograder.record import HandGrades, forget, recorded, remember_refusals, save_result
+from grader.cli import main
+from grader.grades import Result, failed
+from grader.record.late import CoursePenalty, LatePolicy
+from grader.record.record import HandGrades, forget, recorded, remember_refusals, save_result
 
 
 def _graded(student, notebook, score=3.0):

@@ -224,6 +224,7 @@ def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
                     f"open({str(path)!r}, 'w').write('pwned')"
                     for path in (
                         REPO / "autograder" / "api.py",
+                        REPO / "grader" / "grading.py",
                         REPO / "pwned.txt",
                         REPO / "solutions" / ASSIGNMENT / "mistakes.py",
                         out / "grades.csv",
@@ -248,6 +249,14 @@ def _attacks(out: Path, port: int, victim: Path) -> list[Attack]:
             ),
             0.0,
             "raised FileNotFoundError",
+        ),
+        Attack(
+            "imports-the-grader",  # the instructor's package: neither mounted nor on the kernel's path
+            with_answer(
+                _zeros(), "rmsnorm", "import grader.build\nprint(open(grader.build.__file__).read()[:9])"
+            ),
+            0.0,
+            "raised ModuleNotFoundError",
         ),
         Attack(
             "reads-gradebook",
@@ -716,7 +725,11 @@ def graded(tmp_path_factory):
     attacks = _attacks(out, listener.port, victim)
     protected = {
         p: p.read_bytes()
-        for p in (REPO / "autograder" / "api.py", REPO / "solutions" / ASSIGNMENT / "mistakes.py")
+        for p in (
+            REPO / "autograder" / "api.py",
+            REPO / "grader" / "grading.py",
+            REPO / "solutions" / ASSIGNMENT / "mistakes.py",
+        )
     }
     for attack in attacks:
         path = submissions / attack.student / f"{attack.assignment}.ipynb"

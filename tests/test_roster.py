@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.roster import (
+from grader.record.roster import (
     Roster,
     Student,
     Total,

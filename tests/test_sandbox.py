@@ -10,8 +10,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output, new_raw_cell
 
 from autograder import cgroup
-from autograder.clean import CleanMetadata, FenceStudentMarkdown, clean_cell, clean_output
 from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root
+from grader.notebook.clean import CleanMetadata, FenceStudentMarkdown, clean_cell, clean_output
 
 from .helpers.machine import needs_sandbox
 

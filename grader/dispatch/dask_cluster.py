@@ -32,12 +32,20 @@ from distributed import Client, Nanny, Scheduler, Security, SpecCluster, WorkerP
 from distributed.comm import parse_address
 from distributed.scheduler import KilledWorker
 
-from . import cgroup
-from .autograde import Graded, Limits, NotebookTask, UnfitWorker, Worker, pack_template, unpack_template
-from .dispatch import WORKER_DIED, Batch, failure, patience, worker_bytes
-from .exchange import remove_tree
-from .kernels import AHEAD
-from .sandbox import unavailable_reason
+from autograder import cgroup
+from autograder.exchange import remove_tree
+from autograder.sandbox import unavailable_reason
+from grader.dispatch.dispatch import WORKER_DIED, Batch, failure, patience, worker_bytes
+from grader.notebook.autograde import (
+    Graded,
+    Limits,
+    NotebookTask,
+    UnfitWorker,
+    Worker,
+    pack_template,
+    unpack_template,
+)
+from grader.notebook.kernels import AHEAD
 
 LOCAL = re.compile(r"local(?::([1-9]\d*))?")
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .grades import csv_cell
-from .inbox import STUDENT_ID
-from .printable import shown
+from autograder.printable import shown
+from grader.grades import csv_cell
+from grader.intake.inbox import STUDENT_ID
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .grades import Result, summary
-from .paths import NOTEBOOKS
-from .points import points_table
-from .printable import shown
-from .student import add_commands as add_student_commands
+from autograder.paths import NOTEBOOKS
+from autograder.printable import shown
+from autograder.student import add_commands as add_student_commands
+from grader.grades import Result, summary
+from grader.points import points_table
 
 
 def _build(args) -> int:
-    from .build import build, stale_files
+    from grader.build import build, stale_files
 
     if not args.check:
         build(only=args.assignments)
@@ -32,7 +32,7 @@ def _build(args) -> int:
 
 
 def _release(args) -> int:
-    from .release import release
+    from grader.release import release
 
     written = release(Path(args.out))
     print(f"wrote {len(written)} files to {args.out}: the student notebooks, the checks package and its")
@@ -46,7 +46,7 @@ def _grade(args) -> int:
         raise SystemExit(f"{source}: no such folder or zip file (give the LMS download, as it came)")
     if out.exists() and not out.is_dir():
         raise SystemExit(f"{out} is a file: --out names a folder (new, or one graded into before)")
-    from .grading import Limits, grade  # after the checks: its imports take seconds
+    from grader.grading import Limits, grade  # after the checks: its imports take seconds
 
     limits = Limits(
         cell_timeout=args.cell_timeout,
@@ -84,8 +84,8 @@ def _grade(args) -> int:
 def _forget(args) -> int:
     """Remove students' (or one notebook's) outcomes from an output folder: the one destructive
     action, so it lists what it would remove and does so only with --yes."""
-    from .grading import report
-    from .record import forget, forgettable
+    from grader.grading import report
+    from grader.record.record import forget, forgettable
 
     out = Path(args.out).resolve()
     if not (out / "work" / "results").is_dir():
@@ -118,7 +118,7 @@ def summary_line(r: Result) -> str:
 
 
 def _list(args) -> int:
-    from .checks import CHECKS
+    from autograder.checks import CHECKS
 
     if args.points:
         print(points_table())

@@ -30,7 +30,7 @@ from datetime import UTC, date, datetime
 
 import yaml
 
-from .printable import shown
+from autograder.printable import shown
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")  # also a folder name in OUT: nothing else
 ID_RULE = "a student id holds only ASCII letters, digits and . _ @ + -, and starts with a letter or digit"

@@ -27,31 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import language_model
-from .paths import IMAGES, REPO, assignments
+from autograder import language_model
+from autograder.paths import IMAGES, REPO, assignments
+from grader import TEMPLATES
 
-PACKAGE = REPO / "autograder"
-# The modules a student's kernel and the student's commands import (tests/test_release.py imports
-# each in a fresh environment, so a missing one fails there).
-STUDENT_MODULES = [
-    "__init__.py",
-    "api.py",
-    "cells.py",
-    "cgroup.py",  # with sandbox.py and kernel_launcher.py: `course check` runs a notebook sandboxed
-    "core.py",
-    "exchange.py",
-    "kernel_launcher.py",
-    "language_model.py",
-    "lent_model.py",
-    "paths.py",
-    "playground.py",
-    "progress.py",
-    "reference.py",  # finds no solutions/ in a release, and says so
-    "printable.py",  # shown(): what the commands print is escaped
-    "sandbox.py",
-    "selfstudy.py",
-    "student.py",
-]
+PACKAGE = REPO / "autograder"  # what a student's kernel and commands import: shipped whole
 # Trained by `course build` (minutes): copied, not made again.
 CHECKPOINT = language_model.CHECKPOINT.relative_to(PACKAGE).as_posix()
 DISTRIBUTION = "transformer-internals-checks"
@@ -62,7 +42,7 @@ STUDENT_REQUIREMENTS += ["nbconvert", "ipykernel"]
 # The package's own requirements are lower bounds: on Colab, pip must not replace its torch.
 PACKAGE_REQUIREMENTS = ["torch>=2.6", "ipywidgets>=7.6", "matplotlib>=3.7", "nbclient>=0.7", "nbformat>=5.7"]
 TORCH_CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"  # Linux: not the CUDA build
-TEMPLATE = PACKAGE / "templates" / "release" / "README.md"
+TEMPLATE = TEMPLATES / "release" / "README.md"
 IMAGE_LINK = re.compile(r"images/([\w.-]+\.png)")
 
 
@@ -92,7 +72,7 @@ def write_notebooks(target: Path) -> None:
     """The student notebooks, made by nbgrader from solutions/, and the figures their text links."""
     import nbformat
 
-    from .build import generate_release
+    from grader.build import generate_release
 
     generate_release(target, assignments())  # leaves out build.INSTRUCTOR_ONLY (mistakes.py)
     linked = set()
@@ -111,13 +91,13 @@ def write_notebooks(target: Path) -> None:
 def write_package(target: Path) -> None:
     """The student's modules, the checks without their case generators, and the data they read:
     the visible cases and the questions made again from solutions/, the course's checkpoint."""
-    from .build import read_all_questions, write_snapshots
-    from .progress import write_questions
+    from autograder.progress import write_questions
+    from grader.build import read_all_questions, write_snapshots
 
     package = target / "autograder"
-    for name in STUDENT_MODULES:
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PACKAGE / name, package / name)
+    package.mkdir(parents=True)
+    for module in sorted(PACKAGE.glob("*.py")):
+        shutil.copyfile(module, package / module.name)
     checks = {p.stem: p.read_text(encoding="utf-8") for p in sorted((PACKAGE / "checks").glob("*.py"))}
     (package / "checks").mkdir()
     for stem, source in without_case_generators(checks).items():

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .printable import shown
+from autograder.printable import shown
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,13 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets import Bool, Integer, Unicode
 
-from . import api, clean, exchange
-from .cells import check_calls, grade_id, is_test_cell, nbgrader_meta
-from .core import UNDEFINED_NAME, Finding, Verdict, missing_import
-from .kernels import AHEAD
-from .printable import shown
-from .sandbox import SandboxedKernelManager, prepare_root
+from autograder import api, exchange
+from autograder.cells import check_calls, grade_id, is_test_cell, nbgrader_meta
+from autograder.core import UNDEFINED_NAME, Finding, Verdict, missing_import
+from autograder.printable import shown
+from autograder.sandbox import SandboxedKernelManager, prepare_root
+from grader.notebook import clean
+from grader.notebook.kernels import AHEAD
 
 HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_PLACEHOLDER = "# (hidden tests, run at grading time)"

@@ -6,11 +6,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .grades import Result, missing
-from .merged_course import Person
-from .paths import assignments
-from .printable import shown
-from .roster import Roster, Total, read_roster, write_uploads
+from autograder.paths import assignments
+from autograder.printable import shown
+from grader.grades import Result, missing
+from grader.record.merged_course import Person
+from grader.record.roster import Roster, Total, read_roster, write_uploads
 
 __all__ = ["keep_roster", "missing_rows", "named", "people", "read_roster", "write_totals"]
 

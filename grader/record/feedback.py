@@ -1,7 +1,7 @@
 """Feedback pages as a student and an instructor read them.
 
 nbgrader's generate_feedback renders each graded notebook with the course's template,
-autograder/templates/course_feedback, which is nbgrader's feedback template with three changes:
+grader/templates/course_feedback, which is nbgrader's feedback template with three changes:
 
 - the summary at the top names the checks each test cell runs ("07.rmsnorm (hidden cases)"),
   where nbgrader writes "Test cell" for every one (NameQuestions gives the template the names);
@@ -34,12 +34,12 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 from traitlets.config import Config
 
-from .cells import check_calls, grade_id, is_test_cell
-from .grades import Result
-from .printable import shown, shown_lines
-from .record import AUTOMATIC_PAGE, HandGrades, plain_page
+from autograder.cells import check_calls, grade_id, is_test_cell
+from autograder.printable import shown, shown_lines
+from grader import TEMPLATES
+from grader.grades import Result
+from grader.record.record import AUTOMATIC_PAGE, HandGrades, plain_page
 
-TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = "course_feedback"  # its conf.json names nbgrader's "feedback" as its base
 # Not index.html.j2: the course's page extends nbgrader's index.html.j2, found after it in the path.
 TEMPLATE_FILE = "course_feedback.html.j2"
@@ -57,7 +57,7 @@ def exporter_config() -> Config:
         template_name=TEMPLATE,
         template_file=TEMPLATE_FILE,
         extra_template_basedirs=[str(TEMPLATES), str(NBGRADER_TEMPLATES)],
-        filters={"markdown2html": "autograder.feedback.markdown_with_mathml"},
+        filters={"markdown2html": "grader.record.feedback.markdown_with_mathml"},
     )
 
 

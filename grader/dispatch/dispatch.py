@@ -23,9 +23,9 @@ from typing import Protocol
 
 import torch
 
-from .autograde import Graded, Limits, NotebookTask, Worker
-from .grades import failed
-from .kernels import AHEAD
+from grader.grades import failed
+from grader.notebook.autograde import Graded, Limits, NotebookTask, Worker
+from grader.notebook.kernels import AHEAD
 
 WORKER_GRACE_S = 300  # past the notebook's own limit: judging, saving grades, the feedback page
 WORKER_DIED = "the grader's worker died on this notebook (out of memory?)"

@@ -27,12 +27,12 @@ from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from .cells import grade_id, nbgrader_meta
-from .feedback import NBGRADER_TEMPLATES, TEMPLATES, question
-from .grades import Result
-from .late import LatePolicy
-from .paths import source_notebook
-from .record import GRADES_FILE, HandGrades
+from autograder.cells import grade_id, nbgrader_meta
+from autograder.paths import source_notebook
+from grader.grades import Result
+from grader.record.feedback import NBGRADER_TEMPLATES, TEMPLATES, question
+from grader.record.late import LatePolicy
+from grader.record.record import GRADES_FILE, HandGrades
 
 # Before nbgrader's: its base/mathjax.html.j2 replaces nbconvert's, which loads MathJax from a CDN, in
 # the pages formgrader renders; so formgrader works with no network (the template says how).

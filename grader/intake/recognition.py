@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from .paths import source_notebook
+from autograder.paths import source_notebook
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # grading.MAX_NOTEBOOK_BYTES (grading imports the intake, not the reverse)
 

@@ -34,13 +34,13 @@ from nbclient import NotebookClient
 from nbgrader.apps import NbGraderAPI
 from traitlets.config import Config
 
-from . import api, language_model
-from .checks import CHECKS
-from .paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
-from .playground import one_thread
-from .points import points_table
-from .progress import QUESTIONS, read_questions, write_questions
-from .reference import namespace
+from autograder import api, language_model
+from autograder.checks import CHECKS
+from autograder.paths import EXPECTED, IMAGES, NOTEBOOKS, REPO, SOLUTIONS, assignments, source_notebook
+from autograder.playground import one_thread
+from autograder.progress import QUESTIONS, read_questions, write_questions
+from autograder.reference import namespace
+from grader.points import points_table
 
 # Files next to a source notebook that stay on the instructor's side.
 INSTRUCTOR_ONLY = ["mistakes.py"]

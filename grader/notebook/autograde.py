@@ -27,13 +27,13 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
-from .build import generate_all, nbgrader_config
-from .clean import notebook_metadata
-from .feedback import exporter_config
-from .grades import Result, failed
-from .merged_course import automatic_grades, quiet_gradebook
-from .paths import SOLUTIONS
-from .printable import shown, shown_json, shown_lines, shown_text
+from autograder.paths import SOLUTIONS
+from autograder.printable import shown, shown_json, shown_lines, shown_text
+from grader.build import generate_all, nbgrader_config
+from grader.grades import Result, failed
+from grader.notebook.clean import notebook_metadata
+from grader.record.feedback import exporter_config
+from grader.record.merged_course import automatic_grades, quiet_gradebook
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,14 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
                 "nbgrader.preprocessors.ClearOutput",
                 "nbgrader.preprocessors.DeduplicateIds",
                 "nbgrader.preprocessors.OverwriteKernelspec",
-                "autograder.preprocessors.Canonicalize",
+                "grader.notebook.preprocessors.Canonicalize",
                 "nbgrader.preprocessors.OverwriteCells",
                 "nbgrader.preprocessors.CheckCellMetadata",
             ],
             "autograde_preprocessors": [
-                "autograder.preprocessors.JudgedExecute",
-                "autograder.clean.FenceStudentMarkdown",
-                "autograder.clean.CleanMetadata",  # before grades are saved: the stored notebook is clean
+                "grader.notebook.preprocessors.JudgedExecute",
+                "grader.notebook.clean.FenceStudentMarkdown",
+                "grader.notebook.clean.CleanMetadata",  # before grades are saved: what is stored is clean
                 "nbgrader.preprocessors.IgnorePattern",
                 "nbgrader.preprocessors.LimitOutput",
                 "nbgrader.preprocessors.SaveAutoGrades",
@@ -194,10 +194,10 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
         GenerateFeedback={
             "preprocessors": [
                 "nbgrader.preprocessors.GetGrades",
-                "autograder.feedback.NameHandGrades",
-                "autograder.feedback.NameQuestions",  # before the hidden checks' calls are hidden
-                "autograder.preprocessors.HideHiddenTests",
-                "autograder.preprocessors.PlainErrors",
+                "grader.record.feedback.NameHandGrades",
+                "grader.record.feedback.NameQuestions",  # before the hidden checks' calls are hidden
+                "grader.notebook.preprocessors.HideHiddenTests",
+                "grader.notebook.preprocessors.PlainErrors",
                 "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
             ],
             # The course's page (summary, wrapped verdicts, maths as MathML: feedback.py).

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float, Unicode
 
-from .grades import Result
+from grader.grades import Result
 
 DAY_S = 24 * 3600
 
@@ -96,7 +96,7 @@ class LatePolicy:
     def nbgrader_config(self) -> dict:
         """The policy for nbgrader's AssignLatePenalties in the merged course's config."""
         return {
-            "AssignLatePenalties": {"plugin_class": "autograder.late.CoursePenalty"},
+            "AssignLatePenalties": {"plugin_class": "grader.record.late.CoursePenalty"},
             "CoursePenalty": {"method": self.method, "percent_per_day": self.percent_per_day},
         }
 

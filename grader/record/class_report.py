@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
 
-from .core import as_sentence
-from .grades import Result
-from .paths import assignments
-from .reference import mistakes
+from autograder.core import as_sentence
+from autograder.paths import assignments
+from autograder.reference import mistakes
+from grader.grades import Result
 
 TOP = 5  # failing cases and properties listed per check
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"

@@ -24,12 +24,12 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .grades import Result
-from .printable import shown_lines
+from autograder.printable import shown_lines
+from grader.grades import Result
 
 if TYPE_CHECKING:  # types only: the grading side imports the record, not the reverse
-    from .autograde import Graded
-    from .inbox import Submission
+    from grader.intake.inbox import Submission
+    from grader.notebook.autograde import Graded
 
 
 def _write_json(path: Path, value) -> None:

@@ -28,12 +28,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import exports
-from .exports import LMS_NAMES, METADATA, STUDENT_ID, Identified
-from .grades import Result, csv_cell, failed
-from .paths import assignments
-from .printable import UNPRINTABLE
-from .recognition import recognise
+from autograder.paths import assignments
+from autograder.printable import UNPRINTABLE
+from grader.grades import Result, csv_cell, failed
+from grader.intake import exports
+from grader.intake.exports import LMS_NAMES, METADATA, STUDENT_ID, Identified
+from grader.intake.recognition import recognise
 
 __all__ = ["STUDENT_ID", "Intake", "IntakeFile", "Submission", "find_submissions", "write_intake_report"]
 

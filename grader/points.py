@@ -6,7 +6,7 @@ def points_table() -> str:
     into docs/ by `course build` between the markers build.POINTS_TABLE_START and _END)."""
     from fractions import Fraction
 
-    from .checks import CHECKS
+    from autograder.checks import CHECKS
 
     rows = ["| check | visible | hidden | how a test cell's points split |", "| --- | --- | --- | --- |"]
     for name, check in CHECKS.items():

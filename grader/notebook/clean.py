@@ -25,8 +25,8 @@ import re
 from nbformat import from_dict
 from nbgrader.preprocessors.base import NbGraderPreprocessor as Preprocessor
 
-from .cells import nbgrader_meta
-from .printable import shown_text
+from autograder.cells import nbgrader_meta
+from autograder.printable import shown_text
 
 OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}

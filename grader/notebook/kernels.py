@@ -21,8 +21,8 @@ from pathlib import Path
 
 from jupyter_core.utils import run_sync
 
-from .exchange import remove_tree
-from .sandbox import SandboxedKernelManager
+from autograder.exchange import remove_tree
+from autograder.sandbox import SandboxedKernelManager
 
 # What nbclient passes to a Python kernel it starts itself (its `ipython_hist_file`): no history file.
 KERNEL_ARGUMENTS = ["--HistoryManager.hist_file=:memory:"]

@@ -22,7 +22,7 @@ import re
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .grades import Result
+from grader.grades import Result
 
 CANVAS_BUNDLE = "canvas-feedback.zip"
 MOODLE_BUNDLE = "moodle-feedback.zip"

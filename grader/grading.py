@@ -48,22 +48,30 @@ from pathlib import Path
 from tqdm import tqdm
 from traitlets.config import Config
 
-from . import cgroup
-from .autograde import Limits, NotebookTask, UnfitWorker, grading_config, prepare_template
-from .class_list import keep_roster, missing_rows, named, people, read_roster, write_totals
-from .class_report import write_class_report
-from .dispatch import Batch, LocalPool
-from .exchange import remove_tree
-from .feedback import write_pages
-from .feedback_return import write_feedback_bundles
-from .grades import Result, write_csv
-from .inbox import IntakeFile, Submission, find_submissions, write_intake_report
-from .late import LatePolicy
-from .merged_course import merge_course
-from .paths import assignments
-from .printable import shown
-from .record import recorded, remember_refusals, save_result, save_settings, saved_result, settings, store
-from .sandbox import unavailable_reason
+from autograder import cgroup
+from autograder.exchange import remove_tree
+from autograder.paths import assignments
+from autograder.printable import shown
+from autograder.sandbox import unavailable_reason
+from grader.dispatch.dispatch import Batch, LocalPool
+from grader.grades import Result, write_csv
+from grader.intake.inbox import IntakeFile, Submission, find_submissions, write_intake_report
+from grader.notebook.autograde import Limits, NotebookTask, UnfitWorker, grading_config, prepare_template
+from grader.record.class_list import keep_roster, missing_rows, named, people, read_roster, write_totals
+from grader.record.class_report import write_class_report
+from grader.record.feedback import write_pages
+from grader.record.feedback_return import write_feedback_bundles
+from grader.record.late import LatePolicy
+from grader.record.merged_course import merge_course
+from grader.record.record import (
+    recorded,
+    remember_refusals,
+    save_result,
+    save_settings,
+    saved_result,
+    settings,
+    store,
+)
 
 
 def grade(
@@ -193,7 +201,7 @@ def _sha256(path: Path) -> str:
 def _dispatcher(dask: str | None, jobs: int, limits: Limits, template: Path, batch: Batch):
     if dask is None:
         return LocalPool(max(1, jobs), limits, template, batch)
-    from .dask_cluster import DaskCluster  # Dask's import costs a second: only when asked for
+    from grader.dispatch.dask_cluster import DaskCluster  # Dask's import costs a second: only when asked for
 
     return DaskCluster(dask, limits, template, batch)
 

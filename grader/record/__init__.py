@@ -1,0 +1,1 @@
+"""The record: results kept in OUT, the merged gradebook, grades.csv, feedback pages and the class report."""
