@@ -1,5 +1,9 @@
 """The three stages of a check: cases (trusted) -> run (untrusted) -> judge (trusted).
 
+A Check holds the last two; its cases are drawn on the grader's side, by the generator that
+solutions/<assignment>/cases.py gives the check's name (reference.case_generator), so that no
+student's copy holds them.
+
 A check never compares a student's object with the reference inside one function: `run`
 is the only code that touches student objects, and what it returns is plain data (a dict
 of tensors, or a sentence saying why there is none). `judge` sees that data, the cases,
@@ -218,7 +222,6 @@ class Check:
     # The public name the student implements, e.g. "RMSNorm"; or several, e.g. ("MLP", "train"),
     # which the test cell passes as one tuple and `run` receives as one.
     target: str | tuple[str, ...]
-    cases: Callable[[torch.Generator, bool], list[Case]]  # (generator, hidden) -> cases
     run: Callable[[Any, Case], Outputs]  # calls the object under test on one case
     properties: Sequence[Property] = ()
     error_hints: Sequence[ErrorHint] = ()

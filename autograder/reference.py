@@ -2,17 +2,21 @@
 
 The reference of an assignment is what its source notebook defines: the cell with
 grade_id 'imports' and every solution cell, executed in order in a fresh namespace. The
-known mistakes live beside the notebook in solutions/<assignment>/mistakes.py. Both stay
-on the instructor's side: nbgrader's release does not copy them.
+known mistakes and the checks' case generators live beside the notebook, in
+solutions/<assignment>/mistakes.py and cases.py. All stay on the instructor's side: nbgrader's
+release does not copy them, nor does the course's release.
 """
 
 import importlib.util
+from collections.abc import Callable
 from functools import cache
 from types import ModuleType
 from typing import Any
 
+import torch
+
 from .cells import grade_id, nbgrader_meta
-from .core import Mistake
+from .core import Case, Mistake
 from .paths import SOLUTIONS, source_notebook
 
 
@@ -53,16 +57,31 @@ def reference_object(check_name: str, target: str | tuple[str, ...]) -> Any:
 
 
 @cache
-def _mistakes_module(assignment: str) -> ModuleType | None:
-    path = SOLUTIONS / assignment / "mistakes.py"
+def instructor_module(assignment: str, file: str) -> ModuleType | None:
+    """solutions/<assignment>/<file> (mistakes.py, cases.py), loaded by path: it is never released."""
+    path = SOLUTIONS / assignment / file
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location(f"mistakes_{assignment}", path)
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def mistakes(check_name: str) -> list[Mistake]:
-    module = _mistakes_module(assignment_of(check_name))
+    module = instructor_module(assignment_of(check_name), "mistakes.py")
     return list(getattr(module, "MISTAKES", {}).get(check_name, [])) if module else []
+
+
+def case_generator(check_name: str) -> Callable[[torch.Generator, bool], list[Case]]:
+    """The check's cases: (generator, hidden) -> cases, from solutions/<assignment>/cases.py."""
+    try:
+        module = instructor_module(assignment_of(check_name), "cases.py")
+    except OSError:  # no solutions/ folder at all
+        module = None
+    if module is None:
+        raise LookupError(
+            "this copy of the course has the visible cases only (autograder/expected/): hidden cases are "
+            "drawn where the solutions are, when the work is graded"
+        )
+    return module.CASES[check_name]

@@ -34,9 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.api import make_cases  # noqa: E402
 from autograder.checks import CHECKS  # noqa: E402
-from autograder.checks.warmup import SPIRALS, THRESHOLD, held_out_accuracies  # noqa: E402
+from autograder.checks.warmup import THRESHOLD, held_out_accuracies  # noqa: E402
 from autograder.core import run_stage  # noqa: E402
-from autograder.reference import mistakes, reference_object  # noqa: E402
+from autograder.reference import (  # noqa: E402
+    instructor_module,  # noqa: E402
+    mistakes,
+    reference_object,
+)
 from tests.helpers.alternatives import ALTERNATIVES  # noqa: E402
 
 NAME = "00.spirals"
@@ -122,7 +126,10 @@ def main() -> None:
     parser.add_argument("--label", default="", help="names the results file of this scan")
     parser.add_argument("--report", action="store_true", help="only print what the results files hold")
     args = parser.parse_args()
-    settings = {**SPIRALS, "cases": len(make_cases(NAME, hidden=True, seed=0))}
+    settings = {
+        **instructor_module("00_warmup", "cases.py").SPIRALS,
+        "cases": len(make_cases(NAME, hidden=True, seed=0)),
+    }
     if not args.report:
         scan_seeds(args.seeds, args.answers, results_file(args.label), settings)
     report(settings)

@@ -22,6 +22,8 @@ from .helpers.submissions import mistake, names_the_notebook_binds, parts, verdi
 
 ASSIGNMENT = "10_inside_a_model"
 
+CASES = reference.instructor_module("10_inside_a_model", "cases.py")  # the hidden cases' generators
+
 
 def ref(name: str):
     return reference.namespace(ASSIGNMENT)[name]
@@ -48,10 +50,8 @@ def test_course_model_computes_what_notebook_08s_model_computes():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_drawn_model_computes_what_notebook_08s_model_computes(seed):
     g = torch.Generator().manual_seed(seed)
-    config = inspection.drawn_config(g)
-    state = inspection.random_weights(
-        g, {k: tuple(v.shape) for k, v in CourseModel(config).state_dict().items()}
-    )
+    config = CASES.drawn_config(g)
+    state = CASES.random_weights(g, {k: tuple(v.shape) for k, v in CourseModel(config).state_dict().items()})
     tokens = torch.randint(config["vocabulary_size"], (2, config["max_seq_len"]), generator=g)
     with torch.no_grad():
         ours = lm.random_course_model(config, state)(tokens)
@@ -224,7 +224,7 @@ def test_attention_weights_are_zero_outside_the_window_and_rows_sum_to_one():
 
 def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """mutant() pastes mistakes.py into an answer cell: only the imports may be shared (the same objects)."""
-    module = reference._mistakes_module(ASSIGNMENT)
+    module = reference.instructor_module(ASSIGNMENT, "mistakes.py")
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared

@@ -214,7 +214,7 @@ def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """Only the imports may be shared (the same modules); a shared answer name (FeedForward,
     MoeLayer) would replace the notebook's, and a shared variable (x, moe, routing) would be
     rebound under the mistakes' feet by a later cell."""
-    module = reference._mistakes_module(ASSIGNMENT)
+    module = reference.instructor_module(ASSIGNMENT, "mistakes.py")
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert all(name in notebook and vars(module)[name] is notebook[name] for name in shared), shared

@@ -204,7 +204,7 @@ def main() -> None:
     failures = control(plan)  # also imports what torch loads lazily, before the hook refuses it
     sys.dont_write_bytecode = True
     reference.namespace.cache_clear()
-    reference._mistakes_module.cache_clear()
+    reference.instructor_module.cache_clear()
     sys.addaudithook(_student_side_audit(str(SOLUTIONS.resolve())))
     failures += control(plan)
     passes_found = passing(plan, found)

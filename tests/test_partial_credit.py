@@ -46,7 +46,6 @@ def toy_run(double, case: Case) -> dict:
 TOY = Check(
     name="toy.double",
     target="double",
-    cases=toy_cases,
     run=toy_run,
     concerns=[Concern(CORE, weight=3), Concern(BFLOAT16, weight=1), Concern(ADVICE, weight=0)],
     outputs={"y": "the doubled tensor", "total": "the sum of the doubled tensor"},
@@ -68,7 +67,7 @@ def double_no_rows(x):  # right but for a single row, which only the advice conc
 
 
 def verdict_of(impl, points: float = 2.0, mistakes=()):
-    cases = TOY.cases(torch.Generator().manual_seed(0), False)
+    cases = toy_cases(torch.Generator().manual_seed(0), False)
     expected = expectations(TOY, double, mistakes, cases)
     return judge(TOY, cases, run_stage(TOY, impl, cases), expected, mistakes).worth(points)
 
@@ -177,7 +176,7 @@ def test_two_mistakes_at_once_are_each_named_for_what_they_explain():
         return {"y": y, "total": case.inputs["x"].float().sum()}
 
     check = Check(**{**TOY.__dict__, "run": run_both})
-    cases = TOY.cases(torch.Generator().manual_seed(0), False)[:2]
+    cases = toy_cases(torch.Generator().manual_seed(0), False)[:2]
     mistakes = [shifted, wrong_total]
     reference = run_stage(TOY, double, cases)
     wrong = {
@@ -196,7 +195,7 @@ def test_two_mistakes_at_once_are_each_named_for_what_they_explain():
 def test_a_mistake_in_some_outputs_with_the_others_right_is_named_alone():
     """05.gelu: a tanh GELU with a right derivative is that one mistake, not 'more than one thing'."""
     shifted = Mistake("shifted by one", "do not add 1.", lambda x: 2 * x + 1)
-    cases = TOY.cases(torch.Generator().manual_seed(0), False)[:2]
+    cases = toy_cases(torch.Generator().manual_seed(0), False)[:2]
     reference = run_stage(TOY, double, cases)
     wrong = run_stage(TOY, shifted.impl, cases)  # y and total off
     expected = [Expectation(reference[i], {shifted.name: wrong[i]}) for i in range(len(cases))]
@@ -232,13 +231,16 @@ def _few_calls(case: Case, out: dict) -> str | None:
     return None if int(out["calls"]) <= 2 else f"{int(out['calls'])} torch calls"
 
 
+def counting_cases(g: torch.Generator) -> list[Case]:
+    return [
+        Case("x", {"x": torch.randn(3, generator=g)}),
+        Case("x counted", {"x": torch.randn(3, generator=g)}, concern=COUNTED),
+    ]
+
+
 COUNTING = Check(
     name="toy.counted",
     target="double",
-    cases=lambda g, hidden: [
-        Case("x", {"x": torch.randn(3, generator=g)}),
-        Case("x counted", {"x": torch.randn(3, generator=g)}, concern=COUNTED),
-    ],
     run=counted_run,
     concerns=[Concern(CORE), Concern(COUNTED)],
     outputs={"y": "the doubled tensor", "calls": "the number of torch calls"},
@@ -252,7 +254,7 @@ def double_in_steps(x):  # right values, in four torch calls
 
 
 def counted_verdict(impl):
-    cases = COUNTING.cases(torch.Generator().manual_seed(0), False)
+    cases = counting_cases(torch.Generator().manual_seed(0))
     expected = expectations(COUNTING, double, [], cases)
     return judge(COUNTING, cases, run_stage(COUNTING, impl, cases), expected, []).worth(2.0)
 
@@ -267,7 +269,7 @@ def test_a_measured_output_is_judged_by_its_property_not_compared():
 
 
 def test_a_property_of_an_unknown_concern_is_refused():
-    cases = COUNTING.cases(torch.Generator().manual_seed(0), False)
+    cases = counting_cases(torch.Generator().manual_seed(0))
     typo = replace(COUNTING, properties=[Property("p", _few_calls, concern="few torch call")])
     with pytest.raises(ValueError, match="unknown concern"):
         judge(typo, cases, run_stage(typo, double, cases), expectations(typo, double, [], cases), [])

@@ -803,7 +803,7 @@ def test_a_three_argument_layer_that_registers_its_table_as_a_buffer_fails_only_
 def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """A mutant submission pastes mistakes.py into an answer cell: a name it shares with the
     notebook (RoPE, window_attention, ...) would replace the notebook's there."""
-    module = reference._mistakes_module(ASSIGNMENT)
+    module = reference.instructor_module(ASSIGNMENT, "mistakes.py")
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in notebook and not name.startswith("__")}
     assert all(vars(module)[name] is notebook[name] for name in shared), shared

@@ -27,11 +27,8 @@ from autograder.checks.transformer import (
     CAST,
     FEW_TOKENS,
     MANY_TOKENS,
-    MODEL_SHAPES,
     MODEL_WIRING,
     NAMED,
-    PREFIX_LENGTH,
-    PREFIXES,
     REGISTERED,
     ROTATION,
     TRAINING,
@@ -63,6 +60,8 @@ ASSIGNMENT = "08_transformer"
 HIDDEN_SEED = 8
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
 MODEL_CONCERNS = (MODEL_WIRING, REGISTERED, ROTATION, WHOLE, CAST)
+
+CASES = reference.instructor_module("08_transformer", "cases.py")  # the hidden cases' generators
 
 
 def ref(name: str):
@@ -133,7 +132,7 @@ def test_the_reference_count_is_what_the_reference_model_holds(config):
 def test_mistakes_file_redefines_none_of_the_notebooks_names():
     """mutant() pastes the file into an answer cell: a name it shares with the notebook must be the
     notebook's own object (its parts, taken from the reference when the file is loaded alone)."""
-    module = reference._mistakes_module(ASSIGNMENT)
+    module = reference.instructor_module(ASSIGNMENT, "mistakes.py")
     notebook = reference.namespace(ASSIGNMENT)
     shared = {name for name in vars(module) if name in names_the_notebook_binds(ASSIGNMENT)}
     assert {"RMSNorm", "MoeLayer", "TransformerBlock", "get_rotation_matrix"} <= shared
@@ -568,7 +567,7 @@ def test_the_training_targets_never_reach_the_kernel(tmp_path):
     for hidden in (False, True):
         (case,) = make_cases("08.training", hidden=hidden, seed=HIDDEN_SEED)
         assert set(case.inputs) == {"text_seed", "prefixes"} and set(case.judge_only) == {"next"}
-        assert tuple(case.inputs["prefixes"].shape) == (PREFIXES, PREFIX_LENGTH)
+        assert tuple(case.inputs["prefixes"].shape) == (CASES.PREFIXES, CASES.PREFIX_LENGTH)
         assert not _fresh_copy(case).judge_only
         write_cases(tmp_path, "08.training", hidden, [case])
     for path in (tmp_path / "cases").iterdir():
@@ -733,7 +732,7 @@ def test_a_model_holding_the_lent_course_model_earns_nothing(model):
 def test_the_lent_model_is_found_where_the_built_model_holds_it(model, where):
     """What the answer's code does not name is found in what it built, where nn.Module does not look."""
     assert lent_model_in(model, "Transformer") is None  # its code names nothing of the lent model
-    built = model(*MODEL_SHAPES[0][:9])
+    built = model(*CASES.MODEL_SHAPES[0][:9])
     built.blocks = nn.ModuleList()  # the lent parts it registers gone: the hidden model is left
     found = lent_model_in(built, "model")
     assert found is not None and found.startswith("an instance of autograder.language_model.CourseModel")

@@ -18,15 +18,8 @@ import torch
 import torch.nn as nn
 
 from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, names_replaced
-from ._toolkit import random_rotation_table, reference_rotation
 
 Tensor = torch.Tensor
-ASSIGNMENT = "09_kv_cache"
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random int in [low, high]."""
-    return int(torch.randint(low, high + 1, (), generator=g))
 
 
 def _plain(value, what: str) -> Tensor:
@@ -40,35 +33,6 @@ def _plain(value, what: str) -> Tensor:
 
 ROPE_CORE = "rotations at the absolute positions start_pos .. start_pos + T - 1"
 ROPE_OMITTED = "forward(queries, keys) without start_pos is notebook 04's RoPE"
-# B H T Dh C start_pos: a start inside the table, the last rows, one token at the end, T = C.
-ROPE_SHAPES = [(2, 2, 4, 8, 16, 5), (1, 3, 3, 4, 12, 9), (1, 1, 1, 6, 10, 9), (2, 1, 7, 4, 7, 0)]
-
-
-def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(ROPE_SHAPES)
-    if hidden:
-        for _ in range(3):
-            b, h, t, dh = _int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 12), 2 * _int(g, 1, 8)
-            c = t + _int(g, 1, 30)
-            shapes.append((b, h, t, dh, c, _int(g, 1, c - t)))
-    cases = []
-    for b, h, t, dh, c, start in shapes:
-        q, k = torch.randn(2, b, h, t, dh, generator=g)
-        inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, c, dh // 2), "start_pos": start}
-        cases.append(_rope_case(f"B={b} H={h} T={t} Dh={dh} context={c} start_pos={start}", inputs))
-    q, k = torch.randn(2, 2, 2, 5, 6, generator=g)
-    inputs = {"q": q, "k": k, "rotation_matrix": random_rotation_table(g, 9, 3), "start_pos": None}
-    cases.append(_rope_case("B=2 H=2 T=5 Dh=6 context=9, called as rope(q, k)", inputs, ROPE_OMITTED))
-    return cases
-
-
-def _rope_case(name: str, inputs: dict, concern: str = "") -> Case:
-    """The judge keeps the reference's rotations, to say which token is turned by the wrong row."""
-    rotated = {
-        key: reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs[key], _start(inputs))
-        for key in ("q", "k")
-    }
-    return Case(name, inputs, judge_only=rotated, concern=concern)
 
 
 def run_rope(rope_class, case: Case) -> Outputs:
@@ -105,7 +69,6 @@ ROPE_POSITIONS = Check(
     name="09.rope_positions",
     target="RoPE",
     answer="rope_positions",
-    cases=rope_cases,
     run=run_rope,
     concerns=[Concern(ROPE_CORE, weight=3), Concern(ROPE_OMITTED, weight=1)],
     outputs={"queries": "the tensor of rotated queries", "keys": "the tensor of rotated keys"},
@@ -134,24 +97,6 @@ ROPE_POSITIONS = Check(
 
 # ------------------------------------------------------------------------------ repeat_kv
 
-# B Hkv T Dh n_rep
-REPEAT_SHAPES = [(2, 2, 5, 4, 3), (1, 1, 3, 2, 4), (2, 3, 4, 2, 1), (1, 4, 2, 3, 2)]
-
-
-def repeat_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(REPEAT_SHAPES)
-    if hidden:
-        shapes += [
-            (_int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 9), _int(g, 1, 8), _int(g, 2, 4)) for _ in range(3)
-        ]
-    return [
-        Case(
-            f"x of shape (B={b}, Hkv={h}, T={t}, Dh={dh}), n_rep={n}",
-            {"x": torch.randn(b, h, t, dh, generator=g), "n_rep": n},
-        )
-        for b, h, t, dh, n in shapes
-    ]
-
 
 def run_repeat(repeat_kv, case: Case) -> Outputs:
     return {"repeated": repeat_kv(case.inputs["x"], case.inputs["n_rep"])}
@@ -170,7 +115,6 @@ def _grouped(case: Case, out: Outputs) -> str | None:
 REPEAT_KV = Check(
     name="09.repeat_kv",
     target="repeat_kv",
-    cases=repeat_cases,
     run=run_repeat,
     hidden_points=1,
     outputs={"repeated": "the repeated tensor"},
@@ -192,80 +136,6 @@ PREFILL = "one prefill from position 0 (the causal forward)"
 GQA = "grouped-query attention (n_kv_heads < num_heads), in a prefill and step by step"
 WINDOW = "a sliding window (window_size=W)"
 CACHE = "the cache: (max_batch_size, n_kv_heads, max_seq_len, head_dim), keys rotated, written at start_pos"
-
-# (concern, B, L, D, H, Hkv, max B, C, W, chunks, a longer sequence fed first)
-LAYER_CASES = [
-    (DECODE, 2, 9, 16, 4, 4, 2, 12, None, (4, 1, 2, 1, 1), False),
-    (DECODE, 1, 6, 8, 2, 2, 3, 10, None, (3, 1, 1, 1), True),
-    (PREFILL, 2, 7, 16, 4, 4, 2, 7, None, (7,), False),
-    (PREFILL, 1, 5, 12, 3, 3, 2, 9, None, (5,), True),
-    (GQA, 2, 8, 24, 6, 2, 2, 10, None, (8,), False),
-    (GQA, 1, 7, 16, 4, 1, 1, 8, None, (7,), True),
-    (GQA, 1, 7, 32, 8, 2, 1, 9, None, (3, 1, 1, 1, 1), False),  # in steps too: heads may go wrong there only
-    (WINDOW, 1, 10, 16, 4, 4, 1, 12, 3, (6, 1, 2, 1), False),  # Hkv = H: repeat_kv plays no part
-    (CACHE, 2, 8, 16, 4, 2, 3, 11, None, (5, 2, 1), False),
-]
-
-
-def _layer_inputs(g, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> dict:
-    dh = d // h
-    scale = d**-0.5
-    inputs = {
-        "config": [d, h, h_kv, max_b, c],
-        "window_size": w,
-        "rotation_matrix": random_rotation_table(g, c, dh // 2),
-        "weights": {
-            "wq": torch.randn(h * dh, d, generator=g) * scale * 2,
-            "wk": torch.randn(h_kv * dh, d, generator=g) * scale * 2,
-            "wv": torch.randn(h_kv * dh, d, generator=g) * scale,
-            "wo": torch.randn(d, h * dh, generator=g) * scale,
-        },
-        "x": torch.randn(b, length, d, generator=g),
-        "chunks": list(chunks),
-        # the repeat_kv of the notebook, run on its own to name a bug of its
-        "probe_kv": torch.randn(1, h_kv, 2, dh, generator=g),
-    }
-    if stale:  # a longer sequence first: the cache then holds its keys past the new one's end
-        inputs["earlier"] = torch.randn(max_b, c, d, generator=g)
-    return inputs
-
-
-def _layer_name(concern, b, length, d, h, h_kv, max_b, c, w, chunks, stale) -> str:
-    window = f" W={w}" if w else ""
-    steps = " + ".join(map(str, chunks))
-    before = f", after a sequence of {c} tokens in the same cache" if stale else ""
-    sizes = f"B={b} D={d} H={h} Hkv={h_kv} max_batch_size={max_b} C={c}{window}"
-    return f"{sizes}, L={length} fed as {steps}{before}"
-
-
-def kv_cache_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(LAYER_CASES)
-    if hidden:
-        for concern in (DECODE, GQA, DECODE):
-            h_kv = _int(g, 1, 3)
-            h = h_kv * (_int(g, 2, 3) if concern == GQA else 1)
-            d, length = h * 2 * _int(g, 1, 4), _int(g, 3, 14)
-            first = _int(g, 1, length - 1)
-            chunks = [first] + [1] * (length - first)  # a prefill, then one token a call
-            shapes.append(
-                (
-                    concern,
-                    _int(g, 1, 3),
-                    length,
-                    d,
-                    h,
-                    h_kv,
-                    3,
-                    length + _int(g, 0, 6),
-                    None,
-                    tuple(chunks),
-                    bool(_int(g, 0, 1)),
-                )
-            )
-    return [
-        Case(_layer_name(concern, *rest), _layer_inputs(g, *rest), concern=concern)
-        for concern, *rest in shapes
-    ]
 
 
 class PositionStandIn(nn.Module):
@@ -423,7 +293,6 @@ KV_CACHE = Check(
     name="09.kv_cache",
     target=("CachedAttention", "RoPE", "repeat_kv"),
     answer="kv_cache",
-    cases=kv_cache_cases,
     run=run_kv_cache,
     points=1,
     hidden_points=3,
@@ -500,41 +369,6 @@ KV_CACHE = Check(
 
 # ---------------------------------------------------------------------------- cache memory
 
-# (name, layers, batch, seq_len, heads, kv heads, head_dim, bytes per value)
-MODELS = [
-    ("Llama 2 7B, fp16, batch 1, 4096 tokens", 32, 1, 4096, 32, 32, 128, 2),
-    ("Mistral 7B (GQA), bf16, batch 1, 8192 tokens", 32, 1, 8192, 32, 8, 128, 2),
-    ("Llama 3 70B (GQA), bf16, batch 8, 8192 tokens", 80, 8, 8192, 64, 8, 128, 2),
-    ("the course's model, float32, batch 4, 64 tokens", 2, 4, 64, 4, 4, 16, 4),
-    ("a multi-query model (one kv head), float32", 12, 2, 1024, 12, 1, 64, 4),
-]
-
-
-def memory_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    models = list(MODELS)
-    if hidden:
-        for _ in range(3):
-            kv = _int(g, 1, 8)
-            models.append(
-                (
-                    "a random model",
-                    _int(g, 1, 48),
-                    _int(g, 1, 16),
-                    _int(g, 1, 20000),
-                    kv * _int(g, 1, 4),
-                    kv,
-                    16 * _int(g, 1, 16),
-                    int(2 ** _int(g, 0, 3)),
-                )
-            )
-    keys = ("n_layers", "batch_size", "seq_len", "num_heads", "n_kv_heads", "head_dim", "bytes_per_value")
-    cases = []
-    for name, *values in models:
-        inputs = dict(zip(keys, values, strict=True))
-        listed = ", ".join(f"{k}={v}" for k, v in inputs.items())
-        cases.append(Case(f"{name} ({listed})", inputs))
-    return cases
-
 
 def run_memory(kv_cache_bytes, case: Case) -> Outputs:
     value = kv_cache_bytes(**case.inputs)
@@ -552,7 +386,6 @@ def run_memory(kv_cache_bytes, case: Case) -> Outputs:
 CACHE_BYTES = Check(
     name="09.cache_bytes",
     target="kv_cache_bytes",
-    cases=memory_cases,
     run=run_memory,
     hidden_points=1,
     outputs={"bytes": "the number of bytes"},
@@ -571,32 +404,6 @@ CACHE_BYTES = Check(
 TEMPERATURE = "softmax(logits / temperature)"
 TOP_K = "top_k keeps the k largest logits"
 GREEDY = "temperature 0 is greedy: all the probability on the argmax, no division by zero"
-
-
-def sampling_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    # (concern, B, V, temperature, top_k, scale of the logits)
-    settings = [
-        (TEMPERATURE, 2, 7, 1.0, None, 2.0),
-        (TEMPERATURE, 3, 5, 0.5, None, 1.0),
-        (TEMPERATURE, 1, 9, 2.0, None, 3.0),
-        (TEMPERATURE, 2, 6, 0.7, None, 1000.0),
-        (TOP_K, 2, 8, 1.0, 3, 2.0),
-        (TOP_K, 3, 5, 0.8, 1, 1.0),
-        (TOP_K, 1, 6, 1.5, 6, 1.0),
-        (GREEDY, 2, 7, 0.0, None, 1.0),
-        (GREEDY, 2, 6, 0.0, 2, 3.0),
-    ]
-    if hidden:
-        for concern in (TEMPERATURE, TOP_K, GREEDY):
-            v = _int(g, 3, 40)
-            t = 0.0 if concern == GREEDY else float(torch.empty(()).uniform_(0.3, 3.0, generator=g))
-            settings.append((concern, _int(g, 1, 4), v, t, _int(g, 1, v) if concern == TOP_K else None, 2.0))
-    cases = []
-    for concern, b, v, t, k, scale in settings:
-        logits = torch.randn(b, v, generator=g) * scale
-        name = f"logits of shape ({b}, {v}) (|logits| ~ {scale:g}), temperature={t:g}, top_k={k}"
-        cases.append(Case(name, {"logits": logits, "temperature": t, "top_k": k}, concern=concern))
-    return cases
 
 
 def run_sampling(sampling_distribution, case: Case) -> Outputs:
@@ -624,7 +431,6 @@ def _zero_outside_top_k(case: Case, out: Outputs) -> str | None:
 SAMPLING = Check(
     name="09.sampling_distribution",
     target="sampling_distribution",
-    cases=sampling_cases,
     run=run_sampling,
     concerns=[Concern(TEMPERATURE, weight=2), Concern(TOP_K, weight=1), Concern(GREEDY, weight=1)],
     outputs={"probabilities": "the tensor of probabilities"},
@@ -673,37 +479,6 @@ class StandInModel(nn.Module):
 
 GREEDY_RUN = "greedy (temperature 0) and top_k=1: the tokens and the model's calls"
 SAMPLED = "sampling: seeded, reproducible, from the right distribution"
-
-
-def generate_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    # (concern, B, V, P, N, temperature, top_k)
-    settings = [
-        (GREEDY_RUN, 2, 6, 4, 7, 0.0, None),
-        (GREEDY_RUN, 1, 9, 1, 5, 1.0, 1),
-        (GREEDY_RUN, 3, 5, 6, 1, 0.0, None),
-        (SAMPLED, 2000, 5, 1, 1, 1.5, None),
-        (SAMPLED, 1500, 7, 2, 2, 0.6, 3),
-    ]
-    if hidden:
-        settings.append((GREEDY_RUN, _int(g, 1, 3), _int(g, 3, 12), _int(g, 1, 6), _int(g, 2, 9), 0.0, None))
-        settings.append(
-            (SAMPLED, 2000, _int(g, 3, 8), 1, 2, float(torch.empty(()).uniform_(0.5, 2.0, generator=g)), None)
-        )
-    cases = []
-    for concern, b, v, p, n, t, k in settings:
-        inputs = {
-            "table": torch.randn(v, v, generator=g) * 1.5,
-            "position_bias": torch.randn(p + n + 1, v, generator=g) * 0.5,
-            # one prompt for every row: their first new tokens are draws from one distribution
-            "prompt": torch.randint(v, (1, p), generator=g).expand(b, p).clone(),
-            "max_new_tokens": n,
-            "temperature": t,
-            "top_k": k,
-            "seed": _int(g, 0, 2**31),
-        }
-        name = f"B={b} V={v} prompt of {p} token{'s' * (p > 1)}, {n} new, temperature={t:g}, top_k={k}"
-        cases.append(Case(name, inputs, concern=concern))
-    return cases
 
 
 def _generated(generate, case: Case) -> tuple[Tensor, list[tuple[int, int]], bool]:
@@ -894,7 +669,6 @@ def run_generate_with_probe(targets, case: Case) -> Outputs:
 GENERATE = Check(
     name="09.generate",
     target=("generate", "sampling_distribution"),
-    cases=generate_cases,
     run=run_generate_with_probe,
     hidden_points=2,
     concerns=[Concern(GREEDY_RUN, weight=2), Concern(SAMPLED, weight=1)],

@@ -10,26 +10,15 @@ apart; it never says what happens past a learned table's last row, so Question 5
 ValueError for T > max_seq_len apart.
 """
 
-import math
 import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import reference
 from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
 
 # ------------------------------------------------------------------ the reference's table
-
-
-def _with_pe_table(name: str, inputs: dict, rows: int, concern: str) -> Case:
-    """A case whose judge_only holds PE[0 .. rows - 1] for its hidden_size and base, from the
-    reference's sinusoidal_positional_encoding. These cases are drawn only where solutions/ is:
-    at build time (which stores the visible ones, table included) and at grading time."""
-    encode = reference.reference_object("02.sinusoidal", "sinusoidal_positional_encoding")
-    table = encode(rows, inputs["hidden_size"], inputs["base"])
-    return Case(name, inputs, judge_only={"pe": table}, concern=concern)
 
 
 def _pe_at(case: Case, positions: torch.Tensor) -> torch.Tensor:
@@ -41,41 +30,11 @@ def _pe_at(case: Case, positions: torch.Tensor) -> torch.Tensor:
     return torch.where(positions[..., None] < 0, rows * odd, rows)
 
 
-def _base(g: torch.Generator) -> float:
-    return float(torch.randint(10, 20_001, (), generator=g))
-
-
-PAPER_BASE = 10000.0
 # A solution that hard-codes the paper's base, as the seed does, loses only the second concern.
 BASE_CONCERNS = [Concern("base 10000 (the paper's)", weight=3), Concern("other bases", weight=1)]
 
 
-def _base_concern(base: float) -> str:
-    return "" if base == PAPER_BASE else BASE_CONCERNS[1].name
-
-
 # ------------------------------------------------------------------ sinusoidal encoding
-
-PE_SHAPES = [(6, 8, 10000.0), (1, 2, 10000.0), (50, 16, 10000.0), (9, 2, 100.0), (12, 10, 50.0)]
-
-
-def sinusoidal_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(PE_SHAPES)
-    if hidden:
-        for base in (PAPER_BASE, PAPER_BASE, PAPER_BASE, _base(g), _base(g)):
-            seq_len = int(torch.randint(1, 101, (), generator=g))
-            hidden_size = 2 * int(torch.randint(1, 33, (), generator=g))
-            shapes.append((seq_len, hidden_size, base))
-        shapes.append((1, 2 * int(torch.randint(1, 17, (), generator=g)), PAPER_BASE))
-        shapes.append((int(torch.randint(2, 60, (), generator=g)), 2, PAPER_BASE))
-    return [
-        Case(
-            f"seq_len={t}, hidden_size={d}, base={b:g}",
-            {"seq_len": t, "hidden_size": d, "base": b},
-            concern=_base_concern(b),
-        )
-        for t, d, b in shapes
-    ]
 
 
 def run_sinusoidal(sinusoidal_positional_encoding, case: Case) -> Outputs:
@@ -102,7 +61,6 @@ def _bounded(case: Case, out: Outputs) -> str | None:
 SINUSOIDAL = Check(
     name="02.sinusoidal",
     target="sinusoidal_positional_encoding",
-    cases=sinusoidal_cases,
     run=run_sinusoidal,
     concerns=BASE_CONCERNS,
     outputs={"pe": "the PE table"},
@@ -156,20 +114,6 @@ def _labelled(ax) -> bool:
     return bool(ax.get_title() and ax.get_xlabel() and ax.get_ylabel())
 
 
-FIGURE_SHAPES = [(128, 512)]
-
-
-def figure_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(FIGURE_SHAPES)
-    if hidden:
-        shapes = [(12, 12)]  # square: a transposed panel keeps its shape and shows in its values
-        for _ in range(2):
-            shapes.append(
-                (int(torch.randint(2, 48, (), generator=g)), 2 * int(torch.randint(1, 40, (), generator=g)))
-            )
-    return [Case(f"seq_len={t}, hidden_size={d}", {"seq_len": t, "hidden_size": d}) for t, d in shapes]
-
-
 def run_figure(plot_positional_encoding, case: Case) -> Outputs:
     import matplotlib.pyplot as plt
 
@@ -209,7 +153,6 @@ def _symmetric(case: Case, out: Outputs) -> str | None:
 PE_FIGURE = Check(
     name="02.pe_figure",
     target="plot_positional_encoding",
-    cases=figure_cases,
     run=run_figure,
     outputs={
         "pe_shown": "the matrix drawn in the first panel",
@@ -255,34 +198,7 @@ PE_FIGURE = Check(
 
 # ------------------------------------------------------------------- PE[p] . PE[p + k]
 
-OFFSETS_CASES = [
-    ("offsets -5 .. 5", torch.arange(-5, 6), 8, 10000.0),
-    ("a (2, 3) grid of offsets", torch.tensor([[0, 1, 2], [7, -7, 30]]), 16, 10000.0),
-    ("a single offset (0-dim)", torch.tensor(3), 2, 10000.0),
-    ("offsets 0 .. 40, base 100", torch.arange(41), 10, 100.0),
-]
-
-
 TOEPLITZ_POSITIONS = (0, 5, 17)  # the positions p of the property PE[p] . PE[p + offset]
-
-
-def dot_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(OFFSETS_CASES)
-    if hidden:
-        for base in (PAPER_BASE, PAPER_BASE, PAPER_BASE, _base(g), _base(g)):
-            shape = tuple(
-                int(n) for n in torch.randint(1, 6, (int(torch.randint(0, 3, (), generator=g)),), generator=g)
-            )
-            offset = torch.randint(-60, 61, shape, generator=g)
-            hidden_size = 2 * int(torch.randint(1, 33, (), generator=g))
-            name = f"offsets of shape {shape}, hidden_size={hidden_size}, base={base:g}"
-            shapes.append((name, offset, hidden_size, base))
-    cases = []
-    for name, offset, hidden_size, base in shapes:
-        rows = max(TOEPLITZ_POSITIONS) + int(offset.abs().max()) + 1  # PE[p + offset] for each p
-        inputs = {"offset": offset, "hidden_size": hidden_size, "base": base}
-        cases.append(_with_pe_table(name, inputs, rows, concern=_base_concern(base)))
-    return cases
 
 
 def run_dot(pe_dot_product, case: Case) -> Outputs:
@@ -306,7 +222,6 @@ def _toeplitz(case: Case, out: Outputs) -> str | None:
 PE_DOT = Check(
     name="02.pe_dot_product",
     target="pe_dot_product",
-    cases=dot_cases,
     run=run_dot,
     concerns=BASE_CONCERNS,
     outputs={"dot": "the tensor of dot products"},
@@ -341,25 +256,6 @@ PE_DOT = Check(
 # ------------------------------------------------------------------------------- M_k
 
 SHIFTED_FROM, SHIFTED_TO = -20, 60  # the positions pos of the property PE[pos] @ M_k == PE[pos + k]
-SHIFT_CASES = [(3, 8, 10000.0), (0, 6, 10000.0), (-4, 8, 100.0), (1, 2, 10000.0), (17, 12, 1000.0)]
-
-
-def shift_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(SHIFT_CASES)
-    if hidden:
-        backwards = -int(torch.randint(1, 30, (), generator=g))
-        ks = [int(k) for k in torch.randint(-40, 41, (4,), generator=g)] + [backwards]
-        shapes += [(k, 2 * int(torch.randint(1, 17, (), generator=g)), PAPER_BASE) for k in ks]
-        for _ in range(2):
-            k = int(torch.randint(1, 41, (), generator=g))  # not 0: M_0 is the identity whatever the base
-            sign = 1 if bool(torch.randint(0, 2, (), generator=g)) else -1
-            shapes.append((sign * k, 2 * int(torch.randint(1, 17, (), generator=g)), _base(g)))
-    cases = []
-    for k, d, b in shapes:
-        rows = max(-SHIFTED_FROM, SHIFTED_TO) + abs(k)  # PE[pos] and PE[pos + k] for every pos
-        name, inputs = f"k={k}, hidden_size={d}, base={b:g}", {"k": k, "hidden_size": d, "base": b}
-        cases.append(_with_pe_table(name, inputs, rows, concern=_base_concern(b)))
-    return cases
 
 
 def run_shift(relative_shift_matrix, case: Case) -> Outputs:
@@ -388,7 +284,6 @@ def _orthogonal(case: Case, out: Outputs) -> str | None:
 RELATIVE_SHIFT = Check(
     name="02.relative_shift",
     target="relative_shift_matrix",
-    cases=shift_cases,
     run=run_shift,
     concerns=BASE_CONCERNS,
     outputs={"M_k": "the matrix M_k"},
@@ -415,8 +310,6 @@ RELATIVE_SHIFT = Check(
 
 # ------------------------------------------------------------- learned positional table
 
-# (B, T shorter, L, D): the table has L rows; B >= 2 so that batch rows and positions differ.
-LEARNED_SHAPES = [(2, 5, 8, 6), (3, 2, 4, 10), (2, 1, 1, 4)]
 # The seed's learned table (GPT-2's) says nothing of T > max_seq_len, where nn.Embedding raises an
 # IndexError: a solution right for every T <= L loses only the second concern.
 WITHIN = "T up to max_seq_len: the table, the position vectors added"
@@ -424,37 +317,6 @@ BEYOND = "T above max_seq_len: a ValueError naming T and max_seq_len"
 # A ValueError for a T <= L is the length check firing too early (e.g. T >= L): the known mistake
 # of that name in solutions/02_positions/mistakes.py ends in this sentence too.
 EARLY_ERROR = "a ValueError for a T that fits the table (T >= max_seq_len instead of T > max_seq_len?)"
-
-
-def learned_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(LEARNED_SHAPES)
-    if hidden:
-        for _ in range(3):
-            max_len = int(torch.randint(2, 40, (), generator=g))
-            d = int(torch.randint(max_len + 1, max_len + 20, (), generator=g))  # never D == L
-            b = int(torch.randint(2, 5, (), generator=g))
-            shapes.append((b, int(torch.randint(1, max_len, (), generator=g)), max_len, d))
-    cases = []
-    for b, shorter, max_len, d in shapes:
-        table = torch.randn(max_len, d, generator=g)
-        # One case per T, so that a message names the T: 1, one shorter than L, L itself, and L + 1.
-        for t in sorted({1, shorter, max_len}) + [max_len + 1]:
-            if t < max_len:
-                note, concern = "", WITHIN
-            elif t == max_len:
-                note, concern = " (= max_seq_len: the table has a row for every position, no error)", WITHIN
-            else:
-                note, concern = " (> max_seq_len: forward should raise a ValueError)", BEYOND
-            inputs = {
-                "max_seq_len": max_len,
-                "hidden_size": d,
-                "table": table,
-                "x": torch.randn(b, t, d, generator=g),
-            }
-            cases.append(
-                Case(f"max_seq_len={max_len}, hidden_size={d}, B={b}, T={t}{note}", inputs, concern=concern)
-            )
-    return cases
 
 
 def run_learned(module_class, case: Case) -> Outputs:
@@ -498,7 +360,6 @@ def _same_for_every_sequence(case: Case, out: Outputs) -> str | None:
 LEARNED = Check(
     name="02.learned_positions",
     target="LearnedPositionalEmbedding",
-    cases=learned_cases,
     run=run_learned,
     concerns=[Concern(WITHIN, weight=3), Concern(BEYOND, weight=1)],
     outputs={
@@ -563,29 +424,6 @@ def _attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor):
     return attention
 
 
-# (B, T, D, perm): no perm below is its own inverse, so perm and argsort(perm) differ.
-PERM_CASES = [(2, 6, 8, [2, 0, 5, 1, 3, 4]), (1, 3, 4, [1, 2, 0]), (3, 7, 6, [6, 0, 1, 2, 3, 4, 5])]
-
-
-def perm_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = [(b, t, d, torch.tensor(p)) for b, t, d, p in PERM_CASES]
-    if hidden:
-        for _ in range(3):
-            t = int(torch.randint(4, 17, (), generator=g))
-            b, d = int(torch.randint(1, 4, (), generator=g)), 2 * int(torch.randint(2, 9, (), generator=g))
-            shapes.append((b, t, d, torch.randperm(t, generator=g)))
-    cases = []
-    for b, t, d, perm in shapes:
-        inputs = {
-            "x": torch.randn(b, t, d, generator=g),
-            "perm": perm,
-            "positions": torch.randn(t, d, generator=g),  # any table of one vector per slot
-            "weights": torch.randn(3, d, d, generator=g) / math.sqrt(d),
-        }
-        cases.append(Case(f"B={b}, T={t}, D={d}, perm={perm.tolist()}", inputs))
-    return cases
-
-
 def run_perm(equivariance_gap, case: Case) -> Outputs:
     i = case.inputs
     attention = _attention(*i["weights"])
@@ -605,7 +443,6 @@ def _no_gap(case: Case, out: Outputs) -> str | None:
 EQUIVARIANCE = Check(
     name="02.permutation_equivariance",
     target="equivariance_gap",
-    cases=perm_cases,
     run=run_perm,
     outputs={
         "gap_without_positions": "the gap without positions",

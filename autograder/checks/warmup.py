@@ -17,37 +17,10 @@ import torch.nn.functional as F
 
 from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
 from ..exchange import MAX_OUTPUTS
-from ..playground import one_thread, spirals_split
-from ._toolkit import AT_ZERO, AUTOGRAD, LARGE, LARGE_Z, MODERATE_Z, activation_check, derivative_uses
+from ..playground import one_thread
+from ._toolkit import AUTOGRAD, LARGE_Z, MODERATE_Z, activation_check, derivative_uses
 
 # ------------------------------------------------------------------------------ neuron
-
-NEURON_SHAPES = [(5, 3, 1.0), (1, 1, 1.0), (4, 6, 20.0), (8, 2, 0.1)]  # N, F, scale of w (20: saturated)
-
-
-def neuron_data(g: torch.Generator, n: int, f: int, scale: float) -> dict:
-    return {
-        "x": torch.randn(n, f, generator=g),
-        "w": torch.randn(f, generator=g) * scale,
-        "b": torch.randn((), generator=g),
-    }
-
-
-def _random_shapes(g: torch.Generator, hidden: bool) -> list[tuple[int, int, float]]:
-    if not hidden:
-        return []
-    shapes = []
-    for _ in range(3):
-        n, f = (int(torch.randint(2, m, (), generator=g)) for m in (40, 12))
-        shapes.append((n, f, float(10 ** torch.empty(()).uniform_(-1, 1, generator=g))))
-    return shapes
-
-
-def neuron_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    return [
-        Case(f"x of shape ({n}, {f}), |w| ~ {s:g}", neuron_data(g, n, f, s))
-        for n, f, s in NEURON_SHAPES + _random_shapes(g, hidden)
-    ]
 
 
 def run_neuron(neuron, case: Case) -> Outputs:
@@ -66,7 +39,6 @@ def _in_unit_interval(case: Case, out: Outputs) -> str | None:
 NEURON = Check(
     name="00.neuron",
     target="neuron",
-    cases=neuron_cases,
     run=run_neuron,
     outputs={"p": "the neuron's output p"},
     properties=[Property("outputs lie in [0, 1]", _in_unit_interval)],
@@ -84,19 +56,6 @@ NEURON = Check(
 )
 
 # ---------------------------------------------------------------------------- mse_loss
-
-MSE_SIZES = [6, 1, 9, 3]
-
-
-def mse_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    sizes = MSE_SIZES + ([int(torch.randint(2, 200, (), generator=g)) for _ in range(3)] if hidden else [])
-    cases = []
-    for n in sizes:
-        prediction = torch.rand(n, generator=g)
-        target = (torch.rand(n, generator=g) > 0.5).float()
-        inputs = {"prediction": prediction, "target": target}
-        cases.append(Case(f"{n} predictions in [0, 1], 0/1 targets", inputs))
-    return cases
 
 
 def run_mse(mse_loss, case: Case) -> Outputs:
@@ -126,7 +85,6 @@ def _prediction_and_target() -> tuple:
 MSE = Check(
     name="00.mse_loss",
     target="mse_loss",
-    cases=mse_cases,
     run=run_mse,
     forbidden=library_calls("torch.nn.functional.mse_loss", "torch._C._nn.mse_loss"),  # nn.MSELoss too
     forbidden_uses=(LibraryUse("torch.nn.functional.mse_loss", _prediction_and_target),),
@@ -151,37 +109,6 @@ MSE = Check(
 )
 
 # ----------------------------------------------------------------------- gradient_step
-
-STEP_SHAPES = [(6, 3, 1.0, 0.5), (1, 2, 1.0, 0.1), (10, 4, 3.0, 1.0), (5, 1, 0.5, 2.0)]  # N, F, |w|, lr
-
-
-def step_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    shapes = list(STEP_SHAPES)
-    if hidden:
-        for n, f, scale in _random_shapes(g, hidden):
-            shapes.append((n, f, scale, float(10 ** torch.empty(()).uniform_(-2, 0.5, generator=g))))
-    cases = []
-    for n, f, scale, lr in shapes:
-        data = neuron_data(g, n, f, scale)
-        data["y"] = (torch.rand(n, generator=g) > 0.5).float()
-        data["lr"] = lr
-        name = f"x of shape ({n}, {f}), 0/1 targets y, |w| ~ {scale:g}, lr={lr:g}"
-        cases.append(Case(name, data, judge_only={"autograd move": _autograd_move(data)}))
-    return cases
-
-
-def _autograd_move(data: dict) -> torch.Tensor:
-    """How much autograd's step moves (w, b), as one (F + 1,) float64 vector.
-
-    Computed with the case and carried in it, not computed when judging: the release leaves out
-    what only the case generators use, and a correct step anywhere else would ship with it.
-    """
-    w, b = data["w"].clone().requires_grad_(), data["b"].clone().requires_grad_()
-    with torch.enable_grad():
-        loss = (torch.sigmoid(data["x"] @ w + b) - data["y"]).pow(2).mean()
-        grad_w, grad_b = torch.autograd.grad(loss, (w, b))
-    new_w, new_b = (w - data["lr"] * grad_w).detach(), (b - data["lr"] * grad_b).detach()
-    return torch.cat([new_w - data["w"], (new_b - data["b"]).reshape(1)]).double()
 
 
 def run_step(gradient_step, case: Case) -> Outputs:
@@ -230,7 +157,6 @@ AUTOGRAD_STEP = "the gradient comes from autograd (torch.autograd.grad or .backw
 GRADIENT_STEP = Check(
     name="00.gradient_step",
     target="gradient_step",
-    cases=step_cases,
     run=run_step,
     forbidden=AUTOGRAD,
     outputs={"w": "the new weights new_w", "b": "the new bias new_b"},
@@ -276,7 +202,6 @@ SIGMOID = activation_check(
     ),
     derivative_uses("torch.sigmoid", "torch.special.expit", "torch.nn.functional.logsigmoid"),
     (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
-    LARGE,
     [
         "What should sigmoid give at z = 0, for large positive z and for very negative z? Which exponential "
         "can you compute without it overflowing when z = -1000, and which one overflows?",
@@ -300,7 +225,6 @@ RELU = activation_check(
     ),
     derivative_uses("torch.relu", "torch.nn.functional.relu"),
     (Concern(NONZERO_Z, weight=3), Concern(ZERO_Z, weight=1)),
-    AT_ZERO,
     [
         "Which values does ReLU keep and which does it replace, and what is its slope on each side of 0? "
         "Which slope does this course take at exactly z = 0?",
@@ -318,7 +242,6 @@ SILU = activation_check(
     library_calls("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_"),  # nn.SiLU too
     derivative_uses("torch.nn.functional.silu"),
     (Concern(MODERATE_Z, weight=3), Concern(LARGE_Z, weight=1)),
-    LARGE,
     [
         "SiLU scales z by a gate between 0 and 1: which function that you have already written is that gate? "
         "And which rule differentiates a product of two functions of z?",
@@ -334,7 +257,6 @@ SILU = activation_check(
 
 # ----------------------------------------------------------------------------- spirals
 
-SPIRALS = {"width": 48, "depth": 2, "activation": "relu", "steps": 200, "lr": 0.03}
 # Held-out accuracy required, set between what correct trainings reach and what the wrong answers
 # it exists for reach. Full-batch Adam at lr 0.03 spikes now and then (the loss jumps up for some
 # steps, then falls again): a correct training that stops in a spike lands below its usual 0.95-1.0
@@ -348,21 +270,6 @@ SPIRALS = {"width": 48, "depth": 2, "activation": "relu", "steps": 200, "lr": 0.
 #   guard against a pretrained model (`untrained >= THRESHOLD`) never fails a correct one;
 # - wrong, seeds 0-99: no activation at most 0.730, no zero_grad at most 0.695.
 THRESHOLD = 0.8
-
-
-def spirals_cases(g: torch.Generator, hidden: bool) -> list[Case]:
-    cases = []
-    for _ in range(2 if hidden else 1):
-        seed = int(torch.randint(0, 2**31 - 1, (), generator=g))
-        x_train, y_train, x_test, y_test = spirals_split(g)
-        name = (
-            f"two spirals, {len(x_train)} training and {len(x_test)} held-out points; "
-            f"MLP({SPIRALS['width']}, {SPIRALS['depth']}, '{SPIRALS['activation']}') trained for "
-            f"{SPIRALS['steps']} steps at lr={SPIRALS['lr']} after torch.manual_seed({seed})"
-        )
-        inputs = {**SPIRALS, "seed": seed, "x_train": x_train, "y_train": y_train, "x_test": x_test}
-        cases.append(Case(name, inputs, judge_only={"y_test": y_test}))
-    return cases
 
 
 def run_spirals(functions, case: Case) -> Outputs:
@@ -497,14 +404,6 @@ def _share_right(case: Case, logits: torch.Tensor) -> float:
     return int((predicted == case.judge_only["y_test"]).sum()) / len(predicted)
 
 
-def held_out_accuracies(case: Case, out: Outputs) -> tuple[float, float]:
-    """The held-out accuracy of the trained model's own logits, and that of the MLP its initial
-    parameters describe (NaN if they describe none): what the threshold is set from
-    (benchmarks/threshold_scan.py)."""
-    initial = _layers(case, out, "initial")
-    return _share_right(case, out["logits"]), math.nan if initial is None else _accuracy(case, initial)
-
-
 def spirals_criterion(case: Case, out: Outputs) -> str | None:
     i, y_test = case.inputs, case.judge_only["y_test"]
     logits, losses = out["logits"], out["losses"]
@@ -581,10 +480,18 @@ SPIRALS_OUTPUTS = {
     },
 }
 
+
+def held_out_accuracies(case: Case, out: Outputs) -> tuple[float, float]:
+    """The held-out accuracy of the trained model's own logits, and that of the MLP its initial
+    parameters describe (NaN if they describe none): what the threshold is set from
+    (benchmarks/threshold_scan.py)."""
+    initial = _layers(case, out, "initial")
+    return _share_right(case, out["logits"]), math.nan if initial is None else _accuracy(case, initial)
+
+
 SPIRALS_CHECK = Check(
     name="00.spirals",
     target=("MLP", "train"),
-    cases=spirals_cases,
     run=run_spirals,
     criterion=spirals_criterion,
     outputs=SPIRALS_OUTPUTS,
