@@ -49,6 +49,12 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # dtype: (rtol, atol)
     torch.float16: (1e-3, 1e-3),
     torch.bfloat16: (1.6e-2, 1e-2),
 }
+# What a property (the judge's own test of one output, e.g. "rows sum to 1") allows, by what the
+# values went through in float32. Beside TOLERANCES, the one place a check's thresholds are set.
+ROUNDING_GAP = 1e-6  # one operation, or an identity that holds to the last bits (RoPE's row 0)
+FLOAT32_GAP = 1e-5  # a short computation: a softmax row's sum, a modulus, a symmetric product
+ACCUMULATED_GAP = 1e-4  # long reductions, or another kernel computing the same (SDPA, layer_norm)
+COARSE_GAP = 1e-3  # products of whole tables (PE @ PE.T), a step's size against its scale
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from ..core import (
+    ROUNDING_GAP,
     Case,
     Check,
     Concern,
@@ -74,7 +75,7 @@ def _slope_agrees(case: Case, out: Outputs) -> str | None:
     if numeric.shape != yours.shape or not torch.isfinite(numeric).all():
         return None
     gap = (numeric - yours).abs()
-    if bool((gap <= 1e-6 + 1e-6 * numeric.abs()).all()):
+    if bool((gap <= ROUNDING_GAP + ROUNDING_GAP * numeric.abs()).all()):
         return None
     k = int(gap.argmax())
     return (

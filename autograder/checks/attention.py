@@ -12,7 +12,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
+from ..core import (
+    ACCUMULATED_GAP,
+    FLOAT32_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    LibraryUse,
+    Outputs,
+    Property,
+    library_calls,
+)
 from ._toolkit import LIBRARY_SOFTMAX, MULTI_HEAD_ATTENTION_USES, SDPA_USES, SOFTMAX_USES
 
 
@@ -48,7 +60,7 @@ def _sums_to_one(case: Case, out: Outputs) -> str | None:
     if p.shape != x.shape:
         return None
     gap = _gap(p.sum(dim=dim), torch.ones(()))
-    return None if gap <= 1e-5 else f"slices along dim={dim} should sum to 1, but {_sums_off(gap)}"
+    return None if gap <= FLOAT32_GAP else f"slices along dim={dim} should sum to 1, but {_sums_off(gap)}"
 
 
 def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
@@ -56,7 +68,7 @@ def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
     if p.shape != x.shape:
         return None
     gap = _gap(p, torch.softmax(x, dim=case.inputs["dim"]))
-    return None if gap <= 1e-5 else f"torch.softmax {_differs(gap)}"
+    return None if gap <= FLOAT32_GAP else f"torch.softmax {_differs(gap)}"
 
 
 SOFTMAX = Check(
@@ -108,14 +120,16 @@ def _matches_torch_sdpa(case: Case, out: Outputs) -> str | None:
     if got.shape != want.shape:
         return None
     gap = _gap(got, want)
-    return None if gap <= 1e-4 else f"F.scaled_dot_product_attention {_differs(gap)}"
+    return None if gap <= ACCUMULATED_GAP else f"F.scaled_dot_product_attention {_differs(gap)}"
 
 
 def _weights_are_distributions(case: Case, out: Outputs) -> str | None:
     w = out["weights"]
     gap = _gap(w.sum(-1), torch.ones(()))
     return (
-        None if gap <= 1e-5 else f"each query's weights over the keys should sum to 1, but {_sums_off(gap)}"
+        None
+        if gap <= FLOAT32_GAP
+        else f"each query's weights over the keys should sum to 1, but {_sums_off(gap)}"
     )
 
 
@@ -215,7 +229,7 @@ def _past_does_not_move(case: Case, out: Outputs) -> str | None:
     t, a, b = case.inputs["t"], out["output"], out["perturbed_output"]
     if a.shape != b.shape or a.shape[-2] != case.inputs["T"]:
         return None
-    moved = ((a - b).abs().amax(dim=(0, 1, 3)) > 1e-6)[: t + 1].nonzero()
+    moved = ((a - b).abs().amax(dim=(0, 1, 3)) > ROUNDING_GAP)[: t + 1].nonzero()
     if not len(moved):
         return None
     first = int(moved[0])
@@ -285,7 +299,7 @@ def _mha_past_does_not_move(case: Case, out: Outputs) -> str | None:
     t, a, b = case.inputs["t"], out["output"], out["perturbed_output"]
     if a.shape != case.inputs["x"].shape or b.shape != a.shape:
         return None
-    moved = ((a - b).abs().amax(dim=(0, 2)) > 1e-5)[: t + 1].nonzero()
+    moved = ((a - b).abs().amax(dim=(0, 2)) > FLOAT32_GAP)[: t + 1].nonzero()
     if not len(moved):
         return None
     first = int(moved[0])
@@ -437,7 +451,7 @@ def _matches_torch_layer_norm(case: Case, out: Outputs) -> str | None:
     if out["output"].shape != want.shape:
         return None
     gap = _gap(out["output"], want)
-    return None if gap <= 1e-4 else f"torch.nn.functional.layer_norm {_differs(gap)}"
+    return None if gap <= ACCUMULATED_GAP else f"torch.nn.functional.layer_norm {_differs(gap)}"
 
 
 def _layer_norm_inputs() -> tuple:
@@ -557,7 +571,7 @@ def _post_ln_is_normalised(case: Case, out: Outputs) -> str | None:
         return None
     normed = (y - state["norm2.bias"]) / state["norm2.weight"]
     gap = normed.mean(-1).abs().max().item()
-    if gap <= 1e-4:
+    if gap <= ACCUMULATED_GAP:
         return None
     mean = f"up to {gap:.3g}" if math.isfinite(gap) else "NaN or infinite"
     return f"post-LN must end with norm2, but the output's mean per token is {mean}"

@@ -14,7 +14,18 @@ import torch
 import torch.nn as nn
 
 from .. import language_model as lm
-from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, OperationCount, Outputs, Property
+from ..core import (
+    FLOAT32_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    NotAsAsked,
+    OperationCount,
+    Outputs,
+    Property,
+)
 from ..language_model import CourseModel, course_model, random_course_model
 from ..playground import one_thread
 
@@ -303,7 +314,7 @@ def _sums_to_one(case: Case, out: Outputs) -> str | None:
     if p is None or p.shape != logits.shape[:-2] + logits.shape[-1:]:
         return None
     gap = (p.double().sum(-1) - 1).abs().max().item()
-    if gap <= 1e-5 and bool((p >= 0).all()):
+    if gap <= FLOAT32_GAP and bool((p >= 0).all()):
         return None
     return (
         "each distribution should sum to 1 (within 1e-5) with no negative entry; the sums are off by up to "
@@ -316,7 +327,7 @@ def _argmax_kept(case: Case, out: Outputs) -> str | None:
     if p is None or p.shape != logits.shape or not bool(torch.isfinite(p).all()):
         return None
     at_largest_logit = p.gather(-1, logits.argmax(-1, keepdim=True))
-    if bool((at_largest_logit >= p.max(-1, keepdim=True).values * (1 - 1e-6)).all()):
+    if bool((at_largest_logit >= p.max(-1, keepdim=True).values * (1 - ROUNDING_GAP)).all()):
         return None
     return "the most likely token should be the one with the largest logit at the last position"
 
@@ -455,15 +466,15 @@ def _symmetric_with_unit_diagonal(case: Case, out: Outputs) -> str | None:
     v = e.shape[0]
     if s is None or s.shape != (v, v) or not bool(torch.isfinite(s).all()):
         return None
-    if (s - s.T).abs().max().item() > 1e-5:
+    if (s - s.T).abs().max().item() > FLOAT32_GAP:
         return "the matrix should be symmetric: similarity[i, j] = similarity[j, i]"
     nonzero = e.norm(dim=-1) > 0
     diagonal = s.diagonal()[nonzero]
-    if diagonal.numel() and (diagonal - 1).abs().max().item() > 1e-5:
+    if diagonal.numel() and (diagonal - 1).abs().max().item() > FLOAT32_GAP:
         return (
             f"each row's similarity with itself should be 1; the diagonal holds {diagonal.min().item():.4g}"
         )
-    if s.abs().max().item() > 1 + 1e-5:
+    if s.abs().max().item() > 1 + FLOAT32_GAP:
         return f"a cosine lies in [-1, 1]; the matrix holds {s.abs().max().item():.4g}"
     return None
 
@@ -533,7 +544,7 @@ def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
     if w is None or w.shape != (t, t) or not bool(torch.isfinite(w).all()):
         return None
     gap = (w.double().sum(-1) - 1).abs()
-    if gap.max().item() <= 1e-5:
+    if gap.max().item() <= FLOAT32_GAP:
         return None
     worst = int(gap.argmax())
     return (
@@ -551,7 +562,7 @@ def _zero_outside_window(case: Case, out: Outputs) -> str | None:
     offset = torch.arange(t)[None, :] - torch.arange(t)[:, None]
     outside = ~((offset <= 0) & (offset > -window))
     leak = w.abs().where(outside, torch.zeros(()))
-    if not bool(torch.isfinite(leak).all()) or leak.max().item() > 1e-6:
+    if not bool(torch.isfinite(leak).all()) or leak.max().item() > ROUNDING_GAP:
         i, j = divmod(int(leak.nan_to_num(1.0).argmax()), t)
         return (
             f"query {i} gives weight {w[i, j].item():.3g} to key {j}, outside its causal window of {window} "

@@ -17,7 +17,18 @@ import operator
 import torch
 import torch.nn as nn
 
-from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, Outputs, Property, names_replaced
+from ..core import (
+    ACCUMULATED_GAP,
+    FLOAT32_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    NotAsAsked,
+    Outputs,
+    Property,
+    names_replaced,
+)
 
 Tensor = torch.Tensor
 
@@ -56,7 +67,7 @@ def _at_absolute_positions(case: Case, out: Outputs) -> str | None:
             return None
         want = case.judge_only[key]
         gap = (got.float() - want).abs().amax(dim=(0, 1, 3))  # (T,): per token
-        if gap.max().item() > 1e-4:
+        if gap.max().item() > ACCUMULATED_GAP:
             t = int(gap.argmax())
             return (
                 f"the {name} token at index {t} (position {_start(case.inputs) + t}) is not turned by row "
@@ -251,7 +262,7 @@ def _steps_equal_one_prefill(case: Case, out: Outputs) -> str | None:
     start = 0
     for step, size in enumerate(case.inputs["chunks"]):
         gap = (got[:, start : start + size] - whole[:, start : start + size]).abs().max().item()
-        if not gap <= 1e-4:
+        if not gap <= ACCUMULATED_GAP:
             return (
                 f"step {step + 1} (start_pos={start}, T={size}) differs from one prefill of the whole "
                 f"sequence by {gap:.3g}: each step must give the rows the full causal forward gives"
@@ -416,7 +427,7 @@ def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
     if p.shape != case.inputs["logits"].shape:
         return None
     gap = (p.double().sum(-1) - 1).abs().max().item()
-    return None if gap <= 1e-5 else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
+    return None if gap <= FLOAT32_GAP else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
 
 
 def _zero_outside_top_k(case: Case, out: Outputs) -> str | None:
@@ -648,7 +659,7 @@ def _sampling_from_question_5(case: Case, out: Outputs) -> str | None:
     want = torch.cat(
         [torch.softmax(logits / 0.7, dim=-1), nn.functional.one_hot(logits.argmax(-1), len(logits[0]))]
     )
-    if got.shape == want.shape and torch.allclose(got.float(), want.float(), atol=1e-5):
+    if got.shape == want.shape and torch.allclose(got.float(), want.float(), atol=FLOAT32_GAP):
         return None
     return (
         "your sampling_distribution (Question 5) is wrong at temperature 0.7 or 0 (see its check): "

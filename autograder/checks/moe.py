@@ -9,7 +9,7 @@ in place of the student's and loads the case's gate weights, so a bug in the exp
 import torch
 import torch.nn as nn
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property, names_replaced
+from ..core import FLOAT32_GAP, Case, Check, Concern, ErrorHint, Outputs, Property, names_replaced
 from ._toolkit import (
     PARAMETERS_UNEXPECTED,
     BlackBoxExpert,
@@ -346,7 +346,9 @@ def _uniform_is_one(case: Case, out: Outputs) -> str | None:
     if not case.inputs.get("uniform") or "loss" not in out:
         return None
     loss = float(out["loss"])
-    return None if abs(loss - 1.0) < 1e-5 else f"a uniform router should give exactly 1, got {loss:.6g}"
+    return (
+        None if abs(loss - 1.0) < FLOAT32_GAP else f"a uniform router should give exactly 1, got {loss:.6g}"
+    )
 
 
 LOAD_BALANCING = Check(

@@ -16,7 +16,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ..core import (
+    ACCUMULATED_GAP,
+    COARSE_GAP,
+    FLOAT32_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    Outputs,
+    Property,
+)
 
 # ------------------------------------------------------------------ the reference's table
 
@@ -47,7 +58,7 @@ def _row0(case: Case, out: Outputs) -> str | None:
     if pe.ndim != 2 or not len(pe):
         return None
     want = torch.tensor([0.0, 1.0]).repeat(pe.shape[1] // 2)
-    if pe.shape[1] % 2 or not torch.allclose(pe[0].double(), want.double(), atol=1e-6):
+    if pe.shape[1] % 2 or not torch.allclose(pe[0].double(), want.double(), atol=ROUNDING_GAP):
         first = pe[0, :4].tolist()
         return f"position 0 should be [0, 1, 0, 1, ...] (sin 0, cos 0); its first values are {first}"
     return None
@@ -147,7 +158,11 @@ def _symmetric(case: Case, out: Outputs) -> str | None:
     if dot.ndim != 2 or dot.shape[0] != dot.shape[1]:
         return "the second panel should show a square (seq_len, seq_len) matrix"
     gap = (dot - dot.T).abs().max().item()
-    return None if gap < 1e-3 else f"PE @ PE.T is symmetric, but the second panel is off by up to {gap:.3g}"
+    return (
+        None
+        if gap < COARSE_GAP
+        else f"PE @ PE.T is symmetric, but the second panel is off by up to {gap:.3g}"
+    )
 
 
 PE_FIGURE = Check(
@@ -214,7 +229,7 @@ def _toeplitz(case: Case, out: Outputs) -> str | None:
     for p in TOEPLITZ_POSITIONS:
         direct = (_pe_at(case, torch.tensor([p])) * _pe_at(case, p + offset)).sum(-1)  # PE[p] . PE[p + k]
         gap = (got - direct).abs().max().item() if len(got) else 0.0
-        if gap > 1e-3:
+        if gap > COARSE_GAP:
             return f"PE[{p}] . PE[{p} + offset] differs from your value by up to {gap:.3g}"
     return None
 
@@ -270,7 +285,11 @@ def _shifts(case: Case, out: Outputs) -> str | None:
     positions = torch.arange(SHIFTED_FROM, SHIFTED_TO)
     gap = (_pe_at(case, positions) @ m.double() - _pe_at(case, positions + k)).abs().max().item()
     span = f"pos in {SHIFTED_FROM}..{SHIFTED_TO - 1}"
-    return None if gap < 1e-4 else f"PE[pos] @ M_k differs from PE[pos + k] by up to {gap:.3g} ({span})"
+    return (
+        None
+        if gap < ACCUMULATED_GAP
+        else f"PE[pos] @ M_k differs from PE[pos + k] by up to {gap:.3g} ({span})"
+    )
 
 
 def _orthogonal(case: Case, out: Outputs) -> str | None:
@@ -278,7 +297,7 @@ def _orthogonal(case: Case, out: Outputs) -> str | None:
     if m.shape != (d, d):  # a wrong shape is reported first; never multiply an arbitrary matrix
         return None
     gap = (m.double() @ m.double().T - torch.eye(len(m), dtype=torch.float64)).abs().max().item()
-    return None if gap < 1e-4 else f"a rotation has M M^T = I; yours is off by up to {gap:.3g}"
+    return None if gap < ACCUMULATED_GAP else f"a rotation has M M^T = I; yours is off by up to {gap:.3g}"
 
 
 RELATIVE_SHIFT = Check(
@@ -353,7 +372,9 @@ def _same_for_every_sequence(case: Case, out: Outputs) -> str | None:
     added = added - x  # (B, T, D): what forward added to each sequence
     gap = (added - added[:1]).abs().max().item()
     return (
-        None if gap < 1e-5 else f"the vectors added to the sequences of one batch differ by up to {gap:.3g}"
+        None
+        if gap < FLOAT32_GAP
+        else f"the vectors added to the sequences of one batch differ by up to {gap:.3g}"
     )
 
 
@@ -436,7 +457,9 @@ def run_perm(equivariance_gap, case: Case) -> Outputs:
 def _no_gap(case: Case, out: Outputs) -> str | None:
     gap = float(out["gap_without_positions"])
     return (
-        None if gap < 1e-4 else f"without positions attention commutes with perm, but your gap is {gap:.3g}"
+        None
+        if gap < ACCUMULATED_GAP
+        else f"without positions attention commutes with perm, but your gap is {gap:.3g}"
     )
 
 

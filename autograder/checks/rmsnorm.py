@@ -8,7 +8,19 @@ Several cases use inputs whose mean square is close to eps: only there does the 
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
+from ..core import (
+    ACCUMULATED_GAP,
+    FLOAT32_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    LibraryUse,
+    Outputs,
+    Property,
+    library_calls,
+)
 
 BFLOAT16 = "a bfloat16 model: bfloat16 in, bfloat16 out"
 
@@ -85,7 +97,7 @@ def _rows_have_rms_one(case: Case, out: Outputs) -> str | None:
     want = (mean_square / (mean_square + eps)).sqrt()
     got = y.double().pow(2).mean(-1).sqrt()
     gap = (got - want).abs().where(torch.isfinite(y).all(-1), 0.0)  # NaN rows are named by the comparison
-    if gap.max().item() <= 1e-4:
+    if gap.max().item() <= ACCUMULATED_GAP:
         return None
     row = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
     return (
@@ -100,7 +112,7 @@ def _rows_are_independent(case: Case, out: Outputs) -> str | None:
     if y is None or y_changed is None or y.shape != x.shape or y_changed.shape != x.shape:
         return None
     rows, rows_changed = y.flatten(0, -2)[:-1], y_changed.flatten(0, -2)[:-1]  # all but the changed row
-    moved = ~torch.isclose(rows_changed, rows, rtol=1e-5, atol=1e-6, equal_nan=True).all(-1)
+    moved = ~torch.isclose(rows_changed, rows, rtol=FLOAT32_GAP, atol=ROUNDING_GAP, equal_nan=True).all(-1)
     if not moved.any():
         return None
     row = tuple(int(i) for i in torch.unravel_index(moved.nonzero()[0, 0], x.shape[:-1]))
@@ -148,7 +160,7 @@ def _matches_torch(case: Case, out: Outputs) -> str | None:
     if x.dtype == torch.bfloat16:  # rounded to 8 significant bits, once or (Llama's forward) twice
         allowed = 1e-2 + 2e-2 * want.abs()
     else:
-        allowed = torch.full_like(want, 1e-4 * max(1.0, want.abs().max().item()))
+        allowed = torch.full_like(want, ACCUMULATED_GAP * max(1.0, want.abs().max().item()))
     if (off <= allowed).all():
         return None
     return f"the layer's output is off torch.nn.functional.rms_norm by up to {off.max().item():.3g}"

@@ -5,7 +5,17 @@ Key: B batch, H heads, T sequence length, Dh head dim, C context size (rows of t
 
 import torch
 
-from ..core import Case, Check, Concern, ErrorHint, Outputs, Property
+from ..core import (
+    ACCUMULATED_GAP,
+    FLOAT32_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    Outputs,
+    Property,
+)
 
 # ------------------------------------------------------------------ get_rotation_matrix
 
@@ -20,7 +30,7 @@ def _unit_modulus(case: Case, out: Outputs) -> str | None:
     if not torch.is_tensor(table) or not table.is_complex():
         return "entries should be complex numbers e^(i theta)"
     worst = (table.abs() - 1).abs().max().item() if table.numel() else 0.0
-    return None if worst < 1e-5 else f"entries should have modulus 1; |z| is off by up to {worst:.3g}"
+    return None if worst < FLOAT32_GAP else f"entries should have modulus 1; |z| is off by up to {worst:.3g}"
 
 
 def _row0_identity(case: Case, out: Outputs) -> str | None:
@@ -28,7 +38,9 @@ def _row0_identity(case: Case, out: Outputs) -> str | None:
     if not torch.is_tensor(table) or not table.is_complex() or table.ndim != 2 or not len(table):
         return None
     worst = (table[0] - 1).abs().max().item()
-    return None if worst < 1e-6 else f"position 0 should not rotate (row 0 all 1+0j); off by {worst:.3g}"
+    return (
+        None if worst < ROUNDING_GAP else f"position 0 should not rotate (row 0 all 1+0j); off by {worst:.3g}"
+    )
 
 
 ROTATION_MATRIX = Check(
@@ -87,7 +99,9 @@ def _position0_identity(case: Case, out: Outputs) -> str | None:
         return None
     gap = (got[..., 0, :] - x[..., 0, :]).abs().max().item()
     return (
-        None if gap < 1e-5 else f"the query at position 0 moved by up to {gap:.3g}; row 0 of the table is 1"
+        None
+        if gap < FLOAT32_GAP
+        else f"the query at position 0 moved by up to {gap:.3g}; row 0 of the table is 1"
     )
 
 
@@ -97,7 +111,9 @@ def _rotation_2x2(case: Case, out: Outputs) -> str | None:
         return None
     gap = (got - case.judge_only["rotated_q"]).abs().max().item()
     return (
-        None if gap < 1e-4 else f"the 2x2 rotation of each (x[2k], x[2k+1]) pair differs by up to {gap:.3g}"
+        None
+        if gap < ACCUMULATED_GAP
+        else f"the 2x2 rotation of each (x[2k], x[2k+1]) pair differs by up to {gap:.3g}"
     )
 
 
@@ -111,7 +127,7 @@ def _relative_scores(case: Case, out: Outputs) -> str | None:
     gap = (scores[1:, 1:] - scores[:-1, :-1]).abs().max().item()
     return (
         None
-        if gap < 1e-4
+        if gap < ACCUMULATED_GAP
         else f"<q_m, k_n> should depend on n - m only, but shifting both moves it by {gap:.3g}"
     )
 

@@ -14,7 +14,17 @@ import inspect
 
 import torch
 
-from ..core import Case, Check, Concern, ErrorHint, NotAsAsked, OperationCount, Outputs, Property
+from ..core import (
+    ACCUMULATED_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    NotAsAsked,
+    OperationCount,
+    Outputs,
+    Property,
+)
 
 # ------------------------------------------------------------------ shared by the checks
 
@@ -551,7 +561,7 @@ def _rope_from_04(case: Case, out: Outputs) -> str | None:
     if got is None or got.shape != case.inputs["rope_q"].shape:
         return None
     gap = (got - case.judge_only["rope_rotated"]).abs().max().item()
-    if gap < 1e-4:
+    if gap < ACCUMULATED_GAP:
         return None
     return (
         f"your RoPE (notebook 04's question) rotates queries wrongly, by up to {gap:.3g}: fix it in notebook "

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 from ..core import (
+    ACCUMULATED_GAP,
     Case,
     Check,
     Concern,
@@ -244,7 +245,7 @@ def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
     if p is None or p.shape != case.inputs["scores"].shape or not bool(torch.isfinite(p).all()):
         return None
     gap = (p.double().sum(-1) - 1).abs().max().item()
-    return None if gap <= 1e-4 else f"a row of the result sums to 1 +- {gap:.3g}, not 1"
+    return None if gap <= ACCUMULATED_GAP else f"a row of the result sums to 1 +- {gap:.3g}, not 1"
 
 
 def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
@@ -252,7 +253,11 @@ def _matches_torch_softmax(case: Case, out: Outputs) -> str | None:
     if p is None or p.shape != scores.shape:
         return None
     gap = (p.double() - torch.softmax(scores.double(), dim=-1)).abs().max().item()
-    return None if gap <= 1e-4 else f"the result is off torch.softmax(scores, dim=-1) by up to {gap:.3g}"
+    return (
+        None
+        if gap <= ACCUMULATED_GAP
+        else f"the result is off torch.softmax(scores, dim=-1) by up to {gap:.3g}"
+    )
 
 
 def _one_block_at_a_time(case: Case, out: Outputs) -> str | None:
@@ -443,7 +448,7 @@ def _matches_sdpa(case: Case, out: Outputs) -> str | None:
         q, k, v = (run[name].double() for name in "qkv")
         want = F.scaled_dot_product_attention(q, k, v, is_causal=i["causal"])
         gap = (got.double() - want).abs().max().item()
-        if not gap <= 1e-4 * max(1.0, want.abs().max().item()):
+        if not gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
             sdpa = f"F.scaled_dot_product_attention(q, k, v, is_causal={i['causal']})"
             return f"the output is off {sdpa} by up to {gap:.3g}"
     return None

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from .. import language_model as lm
 from .. import reference
 from ..core import (
+    COARSE_GAP,
     Case,
     Check,
     Concern,
@@ -1187,7 +1188,7 @@ def training_criterion(case: Case, out: Outputs) -> str | None:
 
 def _agree(recomputed: Tensor, sent: Tensor) -> bool:
     """Equal but for rounding, on all but a few prefixes (a near tie in the routing may flip)."""
-    close = torch.isclose(recomputed, sent, rtol=1e-3, atol=1e-3).all(dim=-1)
+    close = torch.isclose(recomputed, sent, rtol=COARSE_GAP, atol=COARSE_GAP).all(dim=-1)
     return float(close.float().mean()) >= 0.98
 
 

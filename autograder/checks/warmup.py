@@ -15,7 +15,19 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import Case, Check, Concern, ErrorHint, LibraryUse, Outputs, Property, library_calls
+from ..core import (
+    ACCUMULATED_GAP,
+    COARSE_GAP,
+    ROUNDING_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    LibraryUse,
+    Outputs,
+    Property,
+    library_calls,
+)
 from ..exchange import MAX_OUTPUTS
 from ..playground import one_thread
 from ._toolkit import AUTOGRAD, LARGE_Z, MODERATE_Z, activation_check, derivative_uses
@@ -127,19 +139,19 @@ def _matches_autograd(case: Case, out: Outputs) -> str | None:
         return None  # the shapes are reported first
     want = case.judge_only["autograd move"]
     got = torch.cat([got_w - i["w"], (got_b - i["b"]).reshape(1)]).double()  # your move
-    if torch.allclose(got, want, rtol=1e-4, atol=1e-6):
+    if torch.allclose(got, want, rtol=ACCUMULATED_GAP, atol=ROUNDING_GAP):
         return None
     fmt = ", ".join
     lines = (
         f"autograd, from the same x, y, w, b, moves (w, b) by [{fmt(f'{v:.3g}' for v in want.tolist())}]; "
         f"your step moves them by [{fmt(f'{v:.3g}' for v in got.tolist())}]"
     )
-    if torch.allclose(got, -want, rtol=1e-4, atol=1e-6):
+    if torch.allclose(got, -want, rtol=ACCUMULATED_GAP, atol=ROUNDING_GAP):
         return lines + ". That is exactly the opposite direction: gradient descent subtracts lr * gradient."
-    if torch.allclose(got[:-1], want[:-1], rtol=1e-4, atol=1e-6):
+    if torch.allclose(got[:-1], want[:-1], rtol=ACCUMULATED_GAP, atol=ROUNDING_GAP):
         return lines + ". w is right, b is not: dL/db is the sum over samples of the same factor as dL/dw."
     scale = (got @ want / (want @ want)).item() if want.abs().sum() > 0 else 0.0
-    if abs(scale) > 1e-3 and torch.allclose(got, scale * want, rtol=1e-3, atol=1e-6):
+    if abs(scale) > COARSE_GAP and torch.allclose(got, scale * want, rtol=COARSE_GAP, atol=ROUNDING_GAP):
         return lines + f". Your step is {scale:.3g} times autograd's: check the constant factors (2 and 1/N)."
     return lines + "."
 
@@ -433,7 +445,7 @@ def spirals_criterion(case: Case, out: Outputs) -> str | None:
             f"units after the 2 inputs and one nn.Linear({i['width']}, 2), each with its bias"
         )
     gap = (logits.double() - _logits(case, final, i["x_test"]).double()).abs().max().item()
-    if gap > 1e-4 * (1 + logits.abs().max().item()):
+    if gap > ACCUMULATED_GAP * (1 + logits.abs().max().item()):
         return (
             f"your model's outputs are not those of the MLP its parameters describe (they differ by up to "
             f"{gap:.3g}): forward must apply its layers in order, depth x (nn.Linear then the activation), "
