@@ -1,6 +1,4 @@
-"""The cases of notebook 03's checks: trusted, drawn on the grader's side from a seed (fresh
-seeds and edge shapes for the hidden ones). Never released (grader/build.py, INSTRUCTOR_ONLY);
-autograder/reference.py loads it by path."""
+"""Notebook 03's case generators, CASES by check name: the grader's side only (autograder/reference.py)."""
 
 import torch
 
