@@ -163,11 +163,6 @@ def test_no_file_holds_a_solution_a_hidden_test_or_a_mistake(bundle):
     assert not leaks, "\n".join(leaks[:20])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the last rungs of 13 checks' hint ladders quote a line of the answer (19 lines); a graded "
-    "release ships them, so the hints give what 'Show solution' withholds",
-)
 def test_no_hint_quotes_a_line_of_an_answer():
     """The hints ship with the checks: a rung may show an API or a shape, not the answer's own line."""
     answer_lines = [line for line, origin in telling_lines().items() if "solution line" in origin]

@@ -423,8 +423,9 @@ CROSS_ATTENTION = Check(
         "shape (2, 3, 16); mha(x, context=x) must equal mha(x); and changing c must change the output.",
         "q = q_proj(x), shape (B, Tq, D); k = k_proj(context) and v = v_proj(context), shape (B, Tk, D); "
         "the scores are (B, H, Tq, Tk), the output (B, Tq, D).",
-        "source = x if context is None else context; Tk = source.shape[1]; view keys and values as "
-        "(B, Tk, H, Dh) and queries as (B, Tq, H, Dh).",
+        "Keys and values come from context when it is given, else from x; their length Tk is that "
+        "tensor's dimension 1, which may differ from Tq: view keys and values as (B, Tk, H, Dh) and "
+        "queries as (B, Tq, H, Dh).",
     ],
 )
 

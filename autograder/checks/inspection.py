@@ -292,9 +292,10 @@ RECORD = Check(
         "the model once, then remove every hook.",
         "Put the forward in try: ... finally: with the removals in the finally block: they then run when "
         "the forward raises too, and the error still reaches the caller.",
-        "records.setdefault(name, []).append((tuple(a.detach() for a in args), output.detach())) in the "
-        "hook; handles = [module.register_forward_hook(make_hook(name)) for name, module in "
-        "model.named_modules()].",
+        "The hook receives (module, args, output): append (the args, each detached, as a tuple; the "
+        "output detached) to a list kept per name (dict.setdefault makes it on first use). "
+        "register_forward_hook returns a handle: keep one per module of model.named_modules(), to remove "
+        "them all.",
     ],
     points=1.0,
     hidden_points=2.0,
@@ -349,7 +350,8 @@ PROBABILITIES = Check(
         "rows summing to 1 (within 1e-6, not exactly), and its argmax should be logits[:, -1].argmax(-1).",
         "Logits near 1000: exp(1000) overflows float32 to inf. Subtracting the row's maximum first changes "
         "nothing mathematically and keeps every exponent <= 0; torch.softmax does that for you.",
-        "return torch.softmax(logits[..., -1, :], dim=-1)",
+        "logits[..., -1, :] is the row of the last position, of shape (..., V); a softmax over its last "
+        "dimension turns it into probabilities.",
     ],
     points=1.0,
     hidden_points=1.0,
@@ -374,7 +376,8 @@ IS_DISTRIBUTION = Check(
         "does not sum to exactly 1, so compare the sum with a tolerance, never with ==.",
         "A row with a NaN is not a distribution: (p >= 0) and a comparison |sum - 1| <= atol are both False "
         "on NaN, so write the conditions as what must hold (not as the negation of what must not).",
-        "return (p >= 0).all(dim=-1) & ((p.sum(dim=-1) - 1).abs() <= atol)",
+        "Two conditions, each a bool per row: every entry non-negative (all over the last dimension), "
+        "and the row's sum within atol of 1 (the absolute difference at most atol); combine them with &.",
     ],
     points=1.0,
     hidden_points=1.0,
@@ -409,8 +412,8 @@ MOST_LIKELY_NEXT = Check(
         "Test it in a new cell on a prompt longer than 64 characters: the model refuses more than its "
         "context, so which characters of the prompt matter for the next one?",
         "tokens = encode(text[-context:])[None] has shape (1, T); model(tokens) has shape (1, T, V).",
-        "with torch.no_grad(): logits = model(encode(text[-context:])[None]); "
-        "return ALPHABET[int(logits[0, -1].argmax())]",
+        "Under torch.no_grad(), run the model on those tokens; the logits of the last position, "
+        "logits[0, -1], score each next character: the index of the largest is a position in ALPHABET.",
     ],
     points=1.0,
     hidden_points=1.0,

@@ -83,8 +83,9 @@ FEED_FORWARD = Check(
         "shape (2, 3, 8) and equal the notebook's formula computed by hand with your three layers.",
         "It is the SwiGLU network of notebook 05 with Llama's names: the activation is SiLU (not the "
         "sigmoid), applied to w1(x) alone, then multiplied by w3(x), then w2.",
-        "self.w1 = nn.Linear(hidden_size, d_ff, bias=False), the same for w3, self.w2 = nn.Linear(d_ff, "
-        "hidden_size, bias=False); forward returns self.w2(F.silu(self.w1(x)) * self.w3(x)).",
+        "w1 and w3 are nn.Linear layers from hidden_size to d_ff, w2 from d_ff back to hidden_size, all "
+        "three with bias=False; forward applies F.silu to w1's output only, multiplies it by w3's output, "
+        "and projects the product with w2.",
     ],
     hidden_points=1.0,
 )
@@ -213,8 +214,9 @@ MOE_INIT = Check(
         "experts' weights too.",
         "A plain Python list of modules works in forward, but nn.Module registers only attributes that are "
         "modules: nn.ModuleList is a module that holds a list of them. And [module] * E repeats one module.",
-        "self.gate = nn.Linear(hidden_size, num_experts, bias=False) (a bias is your choice); self.experts = "
-        "nn.ModuleList([FeedForward(hidden_size, d_ff) for _ in range(num_experts)]).",
+        "The gate is one nn.Linear from hidden_size to num_experts (Mixtral's has no bias; a bias is your "
+        "choice); the experts are num_experts separate FeedForward(hidden_size, d_ff) modules, made in a "
+        "loop or a comprehension and held in an nn.ModuleList.",
     ],
     hidden_points=1.0,
 )
@@ -308,11 +310,13 @@ MOE_ROUTING = Check(
         "Test it in a new cell with every expert replaced by something you can compute by hand, e.g. "
         "moe.experts = nn.ModuleList([nn.Identity()] * E): the output must then equal x, since the weights "
         "of each token sum to 1. Then compare with a slow loop over tokens.",
-        "values, selected = torch.topk(self.gate(x), k); weights = F.softmax(values, dim=-1); start from "
-        "out = torch.zeros_like(x) and, per expert, ADD the weighted outputs of the tokens routed to it.",
-        "for i, expert in enumerate(self.experts): batch_idx, token_idx, topk_idx = "
-        "torch.where(selected == i); out[batch_idx, token_idx] += "
-        "weights[batch_idx, token_idx, topk_idx, None] * expert(x[batch_idx, token_idx])",
+        "torch.topk(self.gate(x), k) gives each token's K largest logits and the experts they belong to; "
+        "the softmax runs over those K values (the last dimension); start from out = torch.zeros_like(x) "
+        "and, per expert, ADD the weighted outputs of the tokens routed to it.",
+        "Per expert i, torch.where(selected == i) returns three index tensors: the batch, the token and "
+        "the slot among the K of every token routed to i. Run the expert once on x at those (batch, token) "
+        "pairs, scale by the weights at (batch, token, slot), unsqueezed to broadcast over D, and add the "
+        "result into out at the same pairs.",
     ],
     hidden_points=2.0,
 )

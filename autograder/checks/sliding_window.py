@@ -607,10 +607,10 @@ ROPE_INSIDE = Check(
         "Test it as the notebook's cell does: prepending three random tokens to x must not change the "
         "outputs of the inner tokens, and for a sequence of one token (T = 1) the layer with a table must "
         "give what it gives without one (position 0 does not turn).",
-        "queries, keys = self.rope(queries, keys) on the (B, H, T, Dh) tensors, right after the split "
-        "into heads; values are not rotated.",
-        "if self.rope is not None: queries, keys = self.rope(queries, keys), between chunk(3, dim=-1) "
-        "and F.pad.",
+        "Call self.rope on the queries and keys as (B, H, T, Dh) tensors, right after the split into "
+        "heads, and go on with the two tensors it returns; values are not rotated.",
+        "A layer built without a table keeps self.rope as None: guard the call with a test on it, and "
+        "make it between chunk(3, dim=-1) and F.pad, where each key is still at its own position.",
     ],
 )
 

@@ -209,7 +209,8 @@ SCORE_MATRIX_BYTES = Check(
         "Test it: score_matrix_bytes(1, 1, 3, 4) is 36 (a 3 x 3 matrix of 4-byte floats), and doubling "
         "seq_len multiplies the result by 4.",
         "batch * heads matrices, each seq_len x seq_len, of bytes_per_element bytes each.",
-        "return batch * heads * seq_len * seq_len * bytes_per_element",
+        "Multiply the three counts: how many matrices (batch times heads), the entries of one (seq_len "
+        "squared), the bytes of one entry. The result is a number of bytes, an int.",
     ],
 )
 
@@ -539,10 +540,11 @@ TILED_ATTENTION = Check(
         "c = exp(m - m_new); l = c * l + rowsum(p); acc = c * acc + p @ v_blk; m = m_new. After the last key "
         "block, the block's output is acc / l. Causal: skip the key blocks that start after the block's last "
         "query, and on the diagonal tile set s to -inf where the key's position exceeds the query's.",
-        "for start in range(0, T, block_size): q_blk = q[:, :, start:start + block_size]; m = full(-inf), "
-        "l = zeros, acc = zeros; for key_start in range(0, stop, block_size): ...; outputs.append(acc / l); "
-        "then torch.cat(outputs, dim=2). Positions for the mask: torch.arange(start, start + rows)[:, None] "
-        "and torch.arange(key_start, key_start + cols)[None, :].",
+        "Two loops: the outer over query blocks starting at 0, block_size, 2 * block_size, ... (the last "
+        "may be shorter), with m = -inf, l = 0 and acc = 0 made afresh for each; the inner over key blocks "
+        "up to the last key the block may see. Keep each query block's acc / l in a list and torch.cat it "
+        "along dim 2. Positions for the mask: torch.arange(start, start + rows)[:, None] and "
+        "torch.arange(key_start, key_start + cols)[None, :].",
     ],
 )
 

@@ -443,11 +443,10 @@ BLOCK = Check(
         "torch.zeros_like(x); then block(x) must return x unchanged, whatever the norms do.",
         "Pre-norm: h = x + self.attention(self.norm1(x)); y = h + self.moe(self.norm2(h)). The second "
         "sublayer reads h, the output of the first residual step, not x.",
-        "__init__: self.norm1 = RMSNorm(hidden_size), self.attention = "
-        "EfficientSlidingWindowMultiheadAttention("
-        "hidden_size, num_heads, window_size, rotation_matrix), self.norm2 = RMSNorm(hidden_size), self.moe "
-        "= "
-        "MoeLayer(hidden_size, d_ff, num_experts, n_experts_per_token).",
+        "__init__: self.norm1 and self.norm2 are RMSNorm(hidden_size), before the attention and before "
+        "the MoE; self.attention is notebook 03's EfficientSlidingWindowMultiheadAttention, given the "
+        "block's hidden_size, num_heads, window_size and rotation_matrix; self.moe is notebook 06's "
+        "MoeLayer, given hidden_size, d_ff, num_experts and n_experts_per_token.",
     ],
     points=1.0,
     hidden_points=2.0,

@@ -188,8 +188,9 @@ GRADIENT_STEP = Check(
         ".clone().requires_grad_(); the same for b.",
         "delta_n = dL/dz_n = (2 / N) (p_n - y_n) p_n (1 - p_n); then dL/dw = x.T @ delta, shape (F,), and "
         "dL/db = sum over n of delta_n, a scalar. Descent subtracts: w - lr * dL/dw, b - lr * dL/db.",
-        "p = neuron(x, w, b); delta = (dL/dp) * (dp/dz), both (N,) tensors; grad_w = x.T @ delta; "
-        "grad_b = delta.sum(); return w - lr * grad_w, b - lr * grad_b (new tensors, w and b untouched).",
+        "p = neuron(x, w, b); delta = (dL/dp) * (dp/dz), both (N,) tensors; grad_w = x.T @ delta and "
+        "grad_b = delta.sum(). The step makes two new tensors from w, b, lr and those gradients: an "
+        "in-place w -= ... would change the caller's w.",
     ],
 )
 
