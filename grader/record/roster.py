@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autograder.printable import shown
 from grader.grades import csv_cell
+from grader.intake.exports import LMS_NAMES as EXPORT_NAMES
 from grader.intake.inbox import STUDENT_ID
 
 
@@ -55,28 +56,10 @@ class Total:
     notebooks: tuple[tuple[str, float | None], ...]  # each notebook's score (None: missing or failed)
 
 
-LMS_NAMES = {
-    "canvas": "Canvas",
-    "moodle": "Moodle",
-    "blackboard": "Blackboard",
-    "gradescope": "Gradescope",
-    "": "plain",
-}
-EXPECTED_COLUMNS = {
-    "": "id (or student), name (or first_name and last_name), optionally email",
-    "canvas": "Student, ID, [SIS User ID, SIS Login ID, Integration ID,] Section, <assignments...> "
-    "(Grades > Export)",
-    "moodle": "Identifier, Full name, [Email address,] Status, Grade, Maximum Grade, ... "
-    '(Assignment > View all submissions > "Download grading worksheet")',
-    "blackboard": "Last Name, First Name, Username, Student ID, Last Access, Availability, ... "
-    "(Full Grade Center > Work Offline > Download)",
-    "gradescope": "First Name, Last Name, SID, Email, Role, Sections (Roster > Download Roster)",
-}
 CANVAS_FIELDS = ("SIS User ID", "SIS Login ID", "Integration ID", "Root Account", "Section")
 CANVAS_DEFAULT_FIELDS = ("SIS User ID", "SIS Login ID", "Section")  # written without a Canvas roster
 CANVAS_TEST_STUDENT = "Student, Test"  # the sortable name of the student "Student View" adds
 MOODLE_IDENTIFIER = re.compile(r"Participant ([0-9]+)")
-UPLOAD_FILES = {"canvas": "canvas.csv", "moodle": "moodle.csv", "blackboard": "blackboard.csv"}
 
 
 # ------------------------------------------------------------------------------ reading a roster
@@ -91,13 +74,7 @@ def read_roster(path: Path) -> Roster:
     text = _decode(path)
     lms, rows = _table(path, text)
     header = [column.strip() for column in rows[0]]
-    row_student = {
-        "canvas": _canvas_student,
-        "moodle": _moodle_student,
-        "blackboard": _blackboard_student,
-        "gradescope": _gradescope_student,
-        "": _plain_student,
-    }[lms]
+    row_student = FORMATS[lms].student
     students: dict[str, Student] = {}
     rows_of: dict[str, list[int]] = {}
     notes: list[str] = []
@@ -119,7 +96,7 @@ def read_roster(path: Path) -> Roster:
         listed = "; ".join(f"'{shown(i)}' on rows {', '.join(map(str, n))}" for i, n in duplicates.items())
         raise SystemExit(f"{path}: ids that appear more than once: {listed}. Keep one row per student.")
     if not students:
-        raise SystemExit(f"{path}: no students in this {LMS_NAMES[lms]} roster")
+        raise SystemExit(f"{path}: no students in this {FORMATS[lms].name} roster")
     return Roster(students, lms, path, tuple(notes))
 
 
@@ -162,7 +139,7 @@ def _table(path: Path, text: str) -> tuple[str, list[list[str]]]:
     found = max(headers, key=len)  # the separator that splits it most is the likeliest
     if not found:
         raise SystemExit(f"{path}: an empty file, not a roster")
-    expected = "\n".join(f"  {LMS_NAMES[k]}: {v}" for k, v in EXPECTED_COLUMNS.items())
+    expected = "\n".join(f"  {f.name}: {f.columns}" for f in FORMATS.values())
     raise SystemExit(
         f"{path}: not a roster this grader reads. Columns found: "
         f"{', '.join(shown(c) for c in found)}\nColumns expected, per format:\n{expected}"
@@ -170,19 +147,21 @@ def _table(path: Path, text: str) -> tuple[str, list[list[str]]]:
 
 
 def _format_of(header: list[str]) -> str | None:
-    columns = set(header)
-    if header[:2] == ["Student", "ID"] and "Section" in columns:
-        return "canvas"
-    if {"Identifier", "Full name"} <= columns:
-        return "moodle"
-    if {"Last Name", "First Name", "Username"} <= columns:
-        return "blackboard"
-    if {"First Name", "Last Name", "SID", "Email", "Role"} <= columns:
-        return "gradescope"
-    lower = {c.lower() for c in columns}
-    if lower & {"id", "student"} and ("name" in lower or {"first_name", "last_name"} <= lower):
-        return ""
-    return None
+    """The first format (in FORMATS' order) whose columns the header holds."""
+    return next((lms for lms, f in FORMATS.items() if f.recognises(header)), None)
+
+
+def _canvas_header(header: list[str]) -> bool:
+    return header[:2] == ["Student", "ID"] and "Section" in header
+
+
+def _holds(*columns: str) -> Callable[[list[str]], bool]:
+    return lambda header: set(columns) <= set(header)
+
+
+def _plain_header(header: list[str]) -> bool:
+    lower = {c.lower() for c in header}
+    return bool(lower & {"id", "student"}) and ("name" in lower or {"first_name", "last_name"} <= lower)
 
 
 class RowRefused(Exception):
@@ -285,14 +264,15 @@ def write_uploads(
     header from their own export ("Notebooks (12345)", "Notebooks |12345") updates that column,
     a plain title creates one. Upload files of the other LMSs, left by an earlier run, are removed.
     """
-    if lms not in LMS_NAMES:
-        raise ValueError(f"unknown LMS {lms!r}: expected one of {sorted(LMS_NAMES)}")
+    if lms not in FORMATS:
+        raise ValueError(f"unknown LMS {lms!r}: expected one of {sorted(FORMATS)}")
+    chosen = FORMATS[lms]
     if roster is not None and roster.lms and lms and roster.lms != lms:
         raise SystemExit(
-            f"{roster.path} is a {LMS_NAMES[roster.lms]} roster: its ids are not {LMS_NAMES[lms]}'s"
+            f"{roster.path} is a {FORMATS[roster.lms].name} roster: its ids are not {chosen.name}'s"
         )
-    if lms in ("canvas", "blackboard") and not title.strip():
-        raise ValueError(f"a {LMS_NAMES[lms]} upload needs a title for its grade column")
+    if chosen.titled and not title.strip():
+        raise ValueError(f"a {chosen.name} upload needs a title for its grade column")
     known = roster.students if roster is not None else {}
     given = names or {}
 
@@ -303,20 +283,30 @@ def write_uploads(
     written = [out / "totals.csv"]
     _write(written[0], _totals_rows(totals, student))
     upload = out / "upload"
-    for name in UPLOAD_FILES.values():
-        (upload / name).unlink(missing_ok=True)
-    if lms in UPLOAD_FILES:
+    for f in FORMATS.values():
+        if f.upload:
+            (upload / f.upload).unlink(missing_ok=True)
+    if chosen.upload:
         upload.mkdir(parents=True, exist_ok=True)
         max_score = max((t.max_score for t in totals), default=0.0)
-        if lms == "canvas":
-            rows = _canvas_rows(totals, student, title, max_score, roster)
-        elif lms == "moodle":
-            rows = _moodle_rows(totals, student, max_score, datetime.now(UTC))
-        else:
-            rows = _blackboard_rows(totals, title, max_score)
-        written.append(upload / UPLOAD_FILES[lms])
-        _write(written[-1], rows)
+        written.append(upload / chosen.upload)
+        _write(
+            written[-1],
+            chosen.upload_rows(Upload(totals, student, title, max_score, roster, datetime.now(UTC))),
+        )
     return written
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What an LMS's upload file is written from."""
+
+    totals: list[Total]
+    student: Callable[[str], Student]  # by id: the roster's row, else what the submissions said
+    title: str  # the grade column's, where the LMS heads one
+    max_score: float
+    roster: Roster | None
+    now: datetime
 
 
 def _totals_rows(totals: list[Total], student: Callable[[str], Student]) -> list[list[str]]:
@@ -332,29 +322,23 @@ def _totals_rows(totals: list[Total], student: Callable[[str], Student]) -> list
     return rows
 
 
-def _canvas_rows(
-    totals: list[Total],
-    student: Callable[[str], Student],
-    title: str,
-    max_score: float,
-    roster: Roster | None,
-) -> list[list[str]]:
+def _canvas_rows(u: Upload) -> list[list[str]]:
     """Canvas's gradebook import: its export's student columns (which it counts by name), the grade.
 
     Canvas matches rows by ID; a blank grade leaves the student's grade as it is. The columns
     between ID and the grade are the roster's own (Integration ID where it had one), since
     Canvas finds the first grade column by counting the ones it knows.
     """
-    first = next(iter(roster.students.values()), None) if roster is not None else None
+    first = next(iter(u.roster.students.values()), None) if u.roster is not None else None
     fields = list(CANVAS_DEFAULT_FIELDS)
-    if roster is not None and roster.lms == "canvas" and first is not None:
+    if u.roster is not None and u.roster.lms == "canvas" and first is not None:
         fields = [column for column, _ in first.lms_fields]
     rows = [
-        ["Student", "ID", *fields, csv_cell(title)],
-        ["    Points Possible", "", *[""] * len(fields), _points(max_score)],
+        ["Student", "ID", *fields, csv_cell(u.title)],
+        ["    Points Possible", "", *[""] * len(fields), _points(u.max_score)],
     ]
-    for t in totals:
-        s = student(t.student)
+    for t in u.totals:
+        s = u.student(t.student)
         values = dict(s.lms_fields)
         name = f"{s.last_name}, {s.first_name}" if s.last_name and s.first_name else s.name
         rows.append(
@@ -368,9 +352,7 @@ def _canvas_rows(
     return rows
 
 
-def _moodle_rows(
-    totals: list[Total], student: Callable[[str], Student], max_score: float, now: datetime
-) -> list[list[str]]:
+def _moodle_rows(u: Upload) -> list[list[str]]:
     """Moodle's "Upload grading worksheet": the worksheet's columns its importer reads.
 
     It needs Identifier, Grade and "Last modified (grade)": a grade changed in Moodle after that
@@ -379,33 +361,33 @@ def _moodle_rows(
     certainly leaves their grade alone; "Feedback comments" is left out, since a blank one would
     replace comments written in Moodle.
     """
-    stamp = now.isoformat(timespec="seconds")  # with its UTC offset, which PHP's strtotime reads
+    stamp = u.now.isoformat(timespec="seconds")  # with its UTC offset, which PHP's strtotime reads
     rows = [["Identifier", "Full name", "Email address", "Grade", "Maximum Grade", "Last modified (grade)"]]
-    for t in totals:
+    for t in u.totals:
         if t.score is not None:
-            s = student(t.student)
+            s = u.student(t.student)
             rows.append(
                 [csv_cell(f"Participant {t.student}"), csv_cell(s.name), csv_cell(s.email), _points(t.score)]
-                + [_points(max_score), csv_cell(stamp)]
+                + [_points(u.max_score), csv_cell(stamp)]
             )
     return rows
 
 
-def _blackboard_rows(totals: list[Total], title: str, max_score: float) -> list[list[str]]:
+def _blackboard_rows(u: Upload) -> list[list[str]]:
     """Blackboard's Grade Center upload: Username and one column headed as its own download heads it.
 
     A column id (`|12345`, from a download) updates that column; a header without one creates a
     column. A student with no total is left out, which leaves their grade alone.
     """
-    header = title.strip()
+    header = u.title.strip()
     if "[Total Pts:" not in header:
         name, bar, column_id = header.rpartition("|")
         if bar and re.fullmatch(r"[0-9]+", column_id.strip()):
-            header = f"{name.strip()} [Total Pts: {_points(max_score)} Score] |{column_id.strip()}"
+            header = f"{name.strip()} [Total Pts: {_points(u.max_score)} Score] |{column_id.strip()}"
         else:
-            header = f"{header} [Total Pts: {_points(max_score)} Score]"
+            header = f"{header} [Total Pts: {_points(u.max_score)} Score]"
     rows = [["Username", csv_cell(header)]]
-    rows += [[csv_cell(t.student), _points(t.score)] for t in totals if t.score is not None]
+    rows += [[csv_cell(t.student), _points(t.score)] for t in u.totals if t.score is not None]
     return rows
 
 
@@ -419,3 +401,66 @@ def _write(path: Path, rows: list[list[str]]) -> None:
     with partial.open("w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
     partial.rename(path)
+
+
+# ------------------------------------------------------------------------------ the formats
+
+
+@dataclass(frozen=True)
+class RosterFormat:
+    """An LMS's roster download and grade upload, as this module reads and writes them: the one
+    entry a new LMS needs here (its submission file names are grader/intake/exports.py's)."""
+
+    name: str
+    recognises: Callable[[list[str]], bool]  # from the header's columns, stripped
+    columns: str  # what the header holds, and where in the LMS the instructor downloads it
+    student: Callable[[dict[str, str], list[str]], Student | None]  # a row (None: skipped, noted)
+    upload: str = ""  # OUT/upload/<file>; "" where no grade import of the LMS is written
+    upload_rows: Callable[[Upload], list[list[str]]] | None = None
+    titled: bool = False  # whether the upload's grade column needs a title
+
+
+# In the order headers are tried: the plain format, the loosest, last.
+FORMATS: dict[str, RosterFormat] = {
+    "canvas": RosterFormat(
+        EXPORT_NAMES["canvas"],
+        _canvas_header,
+        "Student, ID, [SIS User ID, SIS Login ID, Integration ID,] Section, <assignments...> "
+        "(Grades > Export)",
+        _canvas_student,
+        "canvas.csv",
+        _canvas_rows,
+        titled=True,
+    ),
+    "moodle": RosterFormat(
+        EXPORT_NAMES["moodle"],
+        _holds("Identifier", "Full name"),
+        "Identifier, Full name, [Email address,] Status, Grade, Maximum Grade, ... "
+        '(Assignment > View all submissions > "Download grading worksheet")',
+        _moodle_student,
+        "moodle.csv",
+        _moodle_rows,
+    ),
+    "blackboard": RosterFormat(
+        EXPORT_NAMES["blackboard"],
+        _holds("Last Name", "First Name", "Username"),
+        "Last Name, First Name, Username, Student ID, Last Access, Availability, ... "
+        "(Full Grade Center > Work Offline > Download)",
+        _blackboard_student,
+        "blackboard.csv",
+        _blackboard_rows,
+        titled=True,
+    ),
+    "gradescope": RosterFormat(
+        EXPORT_NAMES["gradescope"],
+        _holds("First Name", "Last Name", "SID", "Email", "Role"),
+        "First Name, Last Name, SID, Email, Role, Sections (Roster > Download Roster)",
+        _gradescope_student,
+    ),
+    "": RosterFormat(
+        "plain",
+        _plain_header,
+        "id (or student), name (or first_name and last_name), optionally email",
+        _plain_student,
+    ),
+}
