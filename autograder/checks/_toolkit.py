@@ -1,7 +1,7 @@
 """What the checks of several notebooks share, in one place: the activation checks, the parameters of
-gated units, stand-ins for the parts a check does not grade, rotation tables, attention's library
-calls. A notebook's checks import from here, never from another notebook's module. The release takes
-out what only case generators use, as in every checks module.
+gated units, stand-ins for the parts a check does not grade, attention's library calls. A notebook's
+checks import from here, never from another notebook's module. What several notebooks' case
+generators share is on the grader's side, in grader/casework.py.
 """
 
 from collections.abc import Callable, Sequence
@@ -265,9 +265,6 @@ def build_with_stand_ins(cls, args: tuple, parts: tuple[str, ...]):
         pass
     with names_replaced(cls, dict.fromkeys(parts, StandIn)):
         return cls(*args)
-
-
-# ------------------------------------------ rotation tables (04's questions; 03's and 09's cases)
 
 
 # -------------------------------------------- attention's library calls and sampled rows (01, 11)
