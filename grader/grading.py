@@ -1,12 +1,13 @@
 """`course grade SUBMISSIONS --out OUT`: a folder or zip of notebooks -> grades, feedback pages,
 an nbgrader course for formgrader, and a class report.
 
-A submission's path, a module for each step:
-    intake     inbox.py (with exports.py, recognition.py): the source's files -> submissions, refusals
-    dispatch   dispatch.py (worker processes of this machine) or dask_cluster.py (a Dask cluster)
-    grade one  autograde.py: a worker grades one notebook and sends back what it gave, as data
-    results    record.py: this process stores what comes back; no other process writes to OUT
-    reports    merged_course.py, report.py, class_list.py, roster.py, class_report.py (from the record)
+A submission's path, a folder of grader/ for each stage:
+    intake/    inbox.py (with exports.py, recognition.py): the source's files -> submissions, refusals
+    dispatch/  dispatch.py (worker processes of this machine) or dask_cluster.py (a Dask cluster)
+    notebook/  autograde.py: a worker grades one notebook and sends back what it gave, as data
+    record/    record.py: this process stores what comes back (no other process writes to OUT); the
+               reports from the record: merged_course.py, grades.py (grades.csv), class_list.py,
+               roster.py, class_report.py
 
 Layout of OUT (an instructor's record: each run merges into it, see record.py):
     grades.csv                       one row per student and notebook (grades.py)
