@@ -8,7 +8,7 @@ Blackboard, OUT/upload/<lms>.csv in the format that LMS imports (docs/rosters-an
 says, per LMS, where each file comes from, where it goes, and how sure we are of each format).
 
 Every value of a roster is text that students or their LMS control (names, sections, emails):
-ids must be ids the grader accepts (`inbox.STUDENT_ID`), and every text field written goes
+ids must be ids the grader accepts (`exports.STUDENT_ID`), and every text field written goes
 through `grades.csv_cell`, so that no name forges a row or runs as a spreadsheet formula.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from autograder.printable import shown
 from grader.grades import csv_cell
 from grader.intake.exports import LMS_NAMES as EXPORT_NAMES
-from grader.intake.inbox import STUDENT_ID
+from grader.intake.exports import STUDENT_ID
 
 
 @dataclass(frozen=True)
