@@ -181,7 +181,7 @@ def test_the_case_generators_are_not_in_it(bundle):
     assert len(generators) > 40, "too few generator names to look for: the test would pass vacuously"
     kept = [name for name in generators if re.search(rf"^def {name}\(", released, re.M)]
     assert not kept, f"case generators in the release: {kept}"
-    assert not any(p.name == "cases.py" or p.name == "casework.py" for p in files(bundle))
+    assert not any(p.name in {"cases.py", "casework.py"} for p in files(bundle))
 
 
 def test_the_environment_pins_equal_the_lock(bundle):

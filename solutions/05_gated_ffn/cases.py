@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from autograder.checks._toolkit import LARGE
 from autograder.checks.gated_ffn import (
@@ -11,7 +12,6 @@ from autograder.checks.gated_ffn import (
     GELU,
     LLAMA_DIM,
     VARIANT_CONCERNS,
-    Tensor,
 )
 from autograder.core import Case
 from grader.casework import activation_cases

@@ -1,6 +1,7 @@
 """Notebook 06's case generators, CASES by check name: the grader's side only (autograder/reference.py)."""
 
 import torch
+from torch import Tensor
 
 from autograder.checks.moe import (
     DIFFERENTIABLE,
@@ -9,7 +10,6 @@ from autograder.checks.moe import (
     ONE_CALL,
     PROBE_ROWS,
     REGISTERED,
-    Tensor,
 )
 from autograder.core import Case
 

@@ -4,6 +4,7 @@ import math
 
 import torch
 import torch.nn as nn
+from torch import Tensor
 
 from autograder import language_model as lm
 from autograder import reference
@@ -18,7 +19,6 @@ from autograder.checks.transformer import (
     SMOKE,
     TRAIN_RECIPE,
     WHOLE,
-    Tensor,
 )
 from autograder.core import Case
 

@@ -4,6 +4,7 @@ from collections.abc import Mapping
 
 import torch
 import torch.nn as nn
+from torch import Tensor
 
 from autograder import language_model as lm
 from autograder.checks.inspection import (
@@ -13,7 +14,6 @@ from autograder.checks.inspection import (
     ONE_CALL,
     OTHER_SIZE,
     ZERO_ROWS,
-    Tensor,
     ToyModel,
     _build_recorded,
 )

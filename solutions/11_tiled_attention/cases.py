@@ -1,8 +1,9 @@
 """Notebook 11's case generators, CASES by check name: the grader's side only (autograder/reference.py)."""
 
 import torch
+from torch import Tensor
 
-from autograder.checks.tiled_attention import CAUSAL, MEMORY, NON_CAUSAL, ONE_BLOCK, SOFTMAX_STABLE, Tensor
+from autograder.checks.tiled_attention import CAUSAL, MEMORY, NON_CAUSAL, ONE_BLOCK, SOFTMAX_STABLE
 from autograder.core import Case
 
 BYTE_CASES = [(1, 32, 8192, 4), (2, 8, 1000, 2), (1, 1, 1, 4), (3, 12, 512, 4), (4, 16, 2048, 8)]
