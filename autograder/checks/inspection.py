@@ -103,7 +103,8 @@ class ToyModel(nn.Module):
         return self.head(self.check(self.mix(a, b)))  # (B, T, V)
 
 
-def _build_recorded(inputs: dict) -> nn.Module:
+def recorded_model(inputs: dict) -> nn.Module:
+    """The model a case records: a toy with its state, or a drawn course model."""
     if inputs["model"] == "toy":
         model = ToyModel(inputs["sizes"])
         model.load_state_dict(inputs["state"])
@@ -121,12 +122,12 @@ def _noop_hook(module, args, output):
 
 def run_record(record_activations, case: Case) -> Outputs:
     i = case.inputs
-    model = _build_recorded(i)
+    model = recorded_model(i)
     with one_thread():  # tiny tensors: on a busy machine, threads only wait for each other
         if "failing" not in i:
             return _record_outputs(record_activations(model, i["tokens"]), i["names"])
         returns = _hooks_after(record_activations, model, i["tokens"])
-        raises = _hooks_after(record_activations, _build_recorded(i["failing"]), i["failing"]["tokens"])
+        raises = _hooks_after(record_activations, recorded_model(i["failing"]), i["failing"]["tokens"])
     return {
         # what the call that returns recorded of the model itself: a function that records nothing
         # (and so leaves no hook) earns nothing here either

@@ -56,7 +56,8 @@ def run_rope(rope_class, case: Case) -> Outputs:
     return {"queries": q, "keys": k}
 
 
-def _start(inputs: dict) -> int:
+def start_position(inputs: dict) -> int:
+    """The position of a case's first token (start_pos None: 0)."""
     return inputs["start_pos"] or 0
 
 
@@ -69,9 +70,10 @@ def _at_absolute_positions(case: Case, out: Outputs) -> str | None:
         gap = (got.float() - want).abs().amax(dim=(0, 1, 3))  # (T,): per token
         if gap.max().item() > ACCUMULATED_GAP:
             t = int(gap.argmax())
+            position = start_position(case.inputs) + t
             return (
-                f"the {name} token at index {t} (position {_start(case.inputs) + t}) is not turned by row "
-                f"{_start(case.inputs) + t} of the table: off by {gap.max().item():.3g}"
+                f"the {name} token at index {t} (position {position}) is not turned by row "
+                f"{position} of the table: off by {gap.max().item():.3g}"
             )
     return None
 

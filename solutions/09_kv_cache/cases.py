@@ -14,7 +14,7 @@ from autograder.checks.kv_cache import (
     TEMPERATURE,
     TOP_K,
     WINDOW,
-    _start,
+    start_position,
 )
 from autograder.core import Case
 from grader.casework import random_rotation_table, reference_rotation
@@ -52,7 +52,7 @@ def rope_cases(g: torch.Generator, hidden: bool) -> list[Case]:
 def _rope_case(name: str, inputs: dict, concern: str = "") -> Case:
     """The judge keeps the reference's rotations, to say which token is turned by the wrong row."""
     rotated = {
-        key: reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs[key], _start(inputs))
+        key: reference_rotation(ASSIGNMENT, inputs["rotation_matrix"], inputs[key], start_position(inputs))
         for key in ("q", "k")
     }
     return Case(name, inputs, judge_only=rotated, concern=concern)

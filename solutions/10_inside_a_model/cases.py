@@ -15,7 +15,7 @@ from autograder.checks.inspection import (
     OTHER_SIZE,
     ZERO_ROWS,
     ToyModel,
-    _build_recorded,
+    recorded_model,
 )
 from autograder.core import Case
 from autograder.language_model import CourseModel, course_model
@@ -130,7 +130,7 @@ def record_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         ]
     for sizes, batch, length in toys:
         inputs = _toy_inputs(g, {**sizes, "fails": False}, batch, length)
-        toy = _build_recorded(inputs)
+        toy = recorded_model(inputs)
         called = "shared called twice" if sizes["twice"] else "shared called once"
         cases.append(
             Case(
