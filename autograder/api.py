@@ -15,8 +15,10 @@ it reads the cases the grader prepared, runs the student's object and writes the
 back (autograder/exchange.py); the grader judges them with `judge_results`.
 """
 
+import functools
 import secrets
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,36 @@ def live_expectations(
     ref = reference.reference_object(name, check.target)
     known = reference.mistakes(name) if with_mistakes else []
     return expectations(check, ref, known, cases), known
+
+
+@dataclass(frozen=True, eq=False)
+class Drawn:
+    """A check's cases from one seed, and what the reference and the known mistakes give on them,
+    each worked out once (trusted side only: it reads solutions/). Every notebook of a batch is
+    judged on the same cases: a grading worker judges a class's answers against one Drawn."""
+
+    name: str
+    hidden: bool
+    cases: list[Case]
+
+    @functools.cached_property
+    def reference_only(self) -> tuple[list[Expectation], list[Mistake]]:
+        return live_expectations(self.name, self.cases, with_mistakes=False)
+
+    @functools.cached_property
+    def with_mistakes(self) -> tuple[list[Expectation], list[Mistake]]:
+        return live_expectations(self.name, self.cases)
+
+
+# Enough for every check's visible and hidden cases of a batch (118 of them): about 33 MB in all
+# with each mistake's outputs (10.record_activations' 7 MB the largest).
+DRAWS_KEPT = 256
+
+
+@functools.lru_cache(maxsize=DRAWS_KEPT)
+def draw(name: str, *, hidden: bool, seed: int) -> Drawn:
+    """The cases a seed draws for a check, kept with their expectations for the next notebook."""
+    return Drawn(name, hidden, make_cases(name, hidden=hidden, seed=seed))
 
 
 def snapshot_path(name: str, directory: Path = EXPECTED) -> Path:
@@ -121,16 +153,14 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
     return cases, expected, known
 
 
-def judge_results(name: str, cases: list[Case], results: list, *, hidden: bool) -> Verdict:
+def judge_results(drawn: Drawn, results: list) -> Verdict:
     """Stage 3 against the live reference (trusted side only: it reads solutions/)."""
-    check = get_check(name)
+    check = get_check(drawn.name)
     # The known mistakes only serve a diagnosis: run them once a result is wrong.
-    expected, known = live_expectations(name, cases, with_mistakes=False)
-    verdict = judge(check, cases, results, expected, known)
+    verdict = judge(check, drawn.cases, results, *drawn.reference_only)
     if not verdict.passed or any(not part.passed for part in verdict.parts):  # advice parts too
-        expected, known = live_expectations(name, cases)
-        verdict = judge(check, cases, results, expected, known)
-    return verdict.worth(points(name, hidden))
+        verdict = judge(check, drawn.cases, results, *drawn.with_mistakes)
+    return verdict.worth(points(drawn.name, drawn.hidden))
 
 
 def points(name: str, hidden: bool) -> float:
@@ -143,8 +173,8 @@ def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = No
     """All three stages in this process; returns the verdict (never raises for a wrong answer)."""
     check = get_check(name)
     if hidden:
-        cases = make_cases(name, hidden=True, seed=secrets.randbits(31) if seed is None else seed)
-        return judge_results(name, cases, run_stage(check, obj, cases), hidden=True)
+        drawn = draw(name, hidden=True, seed=secrets.randbits(31) if seed is None else seed)
+        return judge_results(drawn, run_stage(check, obj, drawn.cases))
     cases, expected, known = load_snapshot(name)
     verdict = judge(check, cases, run_stage(check, obj, cases), expected, known)
     return verdict.worth(points(name, hidden))

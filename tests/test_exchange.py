@@ -150,15 +150,44 @@ def test_in_a_grading_kernel_check_runs_stage_two_only(folder, monkeypatch, caps
     """check() reads the grader's cases, writes outputs and judges nothing (no reference needed)."""
     namespace = {"torch": torch, "nn": torch.nn}
     exec(solution_sources("07_rmsnorm")["rmsnorm"], namespace)
-    cases = make_cases("07.rmsnorm", hidden=True, seed=5)
-    exchange.write_cases(folder, "07.rmsnorm", True, cases)
+    drawn = api.Drawn("07.rmsnorm", True, make_cases("07.rmsnorm", hidden=True, seed=5))
+    exchange.write_cases(folder, "07.rmsnorm", True, drawn.cases)
     monkeypatch.setenv(exchange.ENV, str(folder))
     monkeypatch.setattr(api, "live_expectations", None)  # any judging would fail loudly
     check("07.rmsnorm", namespace["RMSNorm"], hidden=True)
     assert capsys.readouterr().out == ""
-    results = exchange.read_results(folder, "07.rmsnorm", True, len(cases))
+    results = exchange.read_results(folder, "07.rmsnorm", True, len(drawn.cases))
     monkeypatch.undo()
-    assert api.judge_results("07.rmsnorm", cases, results, hidden=True).passed
+    assert api.judge_results(drawn, results).passed
+
+
+def test_a_worker_judges_a_class_on_one_draw_working_out_the_expectations_once(monkeypatch):
+    """Every notebook of a batch is judged on the same cases: the reference runs once per check
+    and the mistakes once, when a first answer is wrong; an answer that writes into its inputs
+    leaves them as drawn for the next."""
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(solution_sources("07_rmsnorm")["rmsnorm"], namespace)
+    right = namespace["RMSNorm"]
+
+    class Scribbles(right):
+        def forward(self, x):
+            return x.mul_(2)  # wrong, and changes its input in place
+
+    worked_out = []
+    live = api.live_expectations
+    monkeypatch.setattr(api, "live_expectations", lambda *a, **k: worked_out.append(k) or live(*a, **k))
+    judged = []
+    for answer in (right, Scribbles, right, Scribbles, right):
+        drawn = api.draw("07.rmsnorm", hidden=True, seed=20261128)
+        judged.append(
+            api.judge_results(drawn, api.run_stage(CHECKS["07.rmsnorm"], answer, drawn.cases)).passed
+        )
+    assert judged == [True, False, True, False, True]
+    assert worked_out == [{"with_mistakes": False}, {}]
+    assert all(
+        torch.equal(a.inputs["x"], b.inputs["x"])
+        for a, b in zip(drawn.cases, make_cases("07.rmsnorm", hidden=True, seed=20261128), strict=True)
+    )
 
 
 @pytest.mark.parametrize("name", CHECKS)

@@ -329,10 +329,9 @@ class JudgedExecute(Execute):
         exchange.prepare(folder)
         calls = []
         for name, hidden in check_calls(cell.source):
-            seed = api.grading_seed(self.batch_seed, name, hidden)
-            cases = api.make_cases(name, hidden=hidden, seed=seed)
-            exchange.write_cases(folder, name, hidden, cases)
-            calls.append((name, hidden, cases))
+            drawn = api.draw(name, hidden=hidden, seed=api.grading_seed(self.batch_seed, name, hidden))
+            exchange.write_cases(folder, name, hidden, drawn.cases)
+            calls.append((name, hidden, drawn))
         return calls
 
     def _judge(self, cell, index: int, calls: list, crash: str | None) -> None:
@@ -345,7 +344,7 @@ class JudgedExecute(Execute):
                     label,
                     str(output.get("text") or output.get("data", "")),
                 )
-        verdicts = [self._verdict(label, index, n, h, cases, error, crash) for n, h, cases in calls]
+        verdicts = [self._verdict(label, index, n, h, drawn, error, crash) for n, h, drawn in calls]
         self._verdicts += [v.record(h) for v, (_, h, _) in zip(verdicts, calls, strict=True)]
         cell.outputs = _outputs(verdicts)
         for cells in self._display_id_map.values():  # a later display update must not touch the verdicts
@@ -353,21 +352,21 @@ class JudgedExecute(Execute):
         self._judged.add(index)
 
     def _verdict(
-        self, label: str, index: int, name: str, hidden: bool, cases: list, error, crash: str | None
+        self, label: str, index: int, name: str, hidden: bool, drawn: api.Drawn, error, crash: str | None
     ) -> Verdict:
         """The judge's verdict on what the kernel sent for one check. Whatever the kernel sent
         costs at most this check: the grader's own failures on it are caught and logged here."""
         try:
-            return self._judged_verdict(label, index, name, hidden, cases, error, crash)
+            return self._judged_verdict(label, index, name, hidden, drawn, error, crash)
         except Exception:
             details = traceback.format_exc()
             self.log.warning("[course] test cell %s: judging %s failed:\n%s", label, name, details)
             return _failure(name, hidden, "the grader could not judge the results of this test", "not judged")
 
-    def _judged_verdict(self, label, index, name, hidden, cases, error, crash) -> Verdict:
+    def _judged_verdict(self, label, index, name, hidden, drawn, error, crash) -> Verdict:
         folder = self._root / "exchange"
         try:
-            results = exchange.read_results(folder, name, hidden, len(cases))
+            results = exchange.read_results(folder, name, hidden, len(drawn.cases))
         except exchange.MalformedResults as problem:
             self.log.warning("[course] test cell %s: malformed results for %s: %s", label, name, problem)
             return _failure(
@@ -386,7 +385,7 @@ class JudgedExecute(Execute):
             return _failure(
                 name, hidden, f"no results came back from this test: {why}", f"no results: {kind}"
             )
-        verdict = api.judge_results(name, cases, results, hidden=hidden)
+        verdict = api.judge_results(drawn, results)
         if not verdict.passed and (cause := self._undefined(verdict.message, index)):
             verdict = dataclasses.replace(verdict, message=verdict.message + cause)
         self.log.info("[course] %s", str(verdict).replace("\n", "\n    "))  # student text stays indented

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import evaluate
-from autograder.api import grading_seed, judge_results, make_cases
+from autograder.api import draw, grading_seed, judge_results
 from autograder.cells import grade_id, nbgrader_meta
 from autograder.checks import CHECKS
 from autograder.core import Check, Verdict, run_stage
@@ -131,9 +131,8 @@ def verdicts_when_graded(
         except KeyError:
             continue
         for hidden in (False, True):
-            cases = make_cases(name, hidden=hidden, seed=grading_seed(batch_seed, name, hidden))
-            results = run_stage(check, objects, cases)
-            verdicts[name, hidden] = judge_results(name, cases, results, hidden=hidden)
+            drawn = draw(name, hidden=hidden, seed=grading_seed(batch_seed, name, hidden))
+            verdicts[name, hidden] = judge_results(drawn, run_stage(check, objects, drawn.cases))
     return verdicts
 
 
