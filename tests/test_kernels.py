@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from jupyter_core.utils import run_sync
 from nbformat.v4 import new_code_cell
 
@@ -17,6 +18,8 @@ from grader.notebook.kernels import KernelsAhead
 
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, solution_sources, with_answer
+
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
 
 # The first student's notebook leaves what it can behind: files wherever it may write, an
 # environment variable, module state, a process that outlives its cell. It also looks for the

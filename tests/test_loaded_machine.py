@@ -16,6 +16,8 @@ from grader.cli import main
 from .helpers.machine import busy_processes, needs_sandbox
 from .helpers.submissions import perfect
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 # The notebooks whose checks have load-sensitive guards (00: a training's accuracy; 08: a training
 # step's wall-clock limit), and an ordinary one.
 NOTEBOOKS = ["00_warmup", "08_transformer", "07_rmsnorm"]

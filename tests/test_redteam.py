@@ -35,7 +35,7 @@ from .helpers.feedback import page_text
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import digests, grade_id, perfect, solution_sources, with_answer
 
-pytestmark = needs_sandbox
+pytestmark = [needs_sandbox, pytest.mark.whole_machine]  # make test runs it alone
 
 ASSIGNMENT = "07_rmsnorm"
 FULL = 6.0

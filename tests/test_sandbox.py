@@ -15,6 +15,8 @@ from grader.notebook.clean import CleanMetadata, FenceStudentMarkdown, clean_cel
 
 from .helpers.machine import needs_sandbox
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 GROUPS_MISSING = cgroup.unavailable_reason()
 needs_groups = pytest.mark.skipif(bool(GROUPS_MISSING), reason=f"no process groups here: {GROUPS_MISSING}")
 
