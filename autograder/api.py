@@ -173,7 +173,10 @@ def evaluate(name: str, obj: Any, *, hidden: bool = False, seed: int | None = No
     """All three stages in this process; returns the verdict (never raises for a wrong answer)."""
     check = get_check(name)
     if hidden:
-        drawn = draw(name, hidden=True, seed=secrets.randbits(31) if seed is None else seed)
+        if seed is None:  # a fresh seed is never drawn again: not kept
+            drawn = Drawn(name, True, make_cases(name, hidden=True, seed=secrets.randbits(31)))
+        else:
+            drawn = draw(name, hidden=True, seed=seed)
         return judge_results(drawn, run_stage(check, obj, drawn.cases))
     cases, expected, known = load_snapshot(name)
     verdict = judge(check, cases, run_stage(check, obj, cases), expected, known)
