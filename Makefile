@@ -59,8 +59,8 @@ grade: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/course grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_FLAGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check autograder grader $(wildcard solutions/*/cases.py) tests benchmarks
-	$(BIN)/ruff format --check autograder grader $(wildcard solutions/*/cases.py) tests benchmarks
+	$(BIN)/ruff check autograder grader $(wildcard solutions/*/cases.py solutions/*/alternatives.py) tests benchmarks
+	$(BIN)/ruff format --check autograder grader $(wildcard solutions/*/cases.py solutions/*/alternatives.py) tests benchmarks
 
 clean:  # never grades: an output folder is the instructor's to delete
 	rm -rf $(VENV)

@@ -2,9 +2,9 @@
 
 The reference of an assignment is what its source notebook defines: the cell with
 grade_id 'imports' and every solution cell, executed in order in a fresh namespace. The
-known mistakes and the checks' case generators live beside the notebook, in
-solutions/<assignment>/mistakes.py and cases.py. All stay on the instructor's side: nbgrader's
-release does not copy them, nor does the course's release.
+known mistakes, the checks' case generators and the tests' correct alternatives live beside the
+notebook, in solutions/<assignment>/mistakes.py, cases.py and alternatives.py. All stay on the
+instructor's side: nbgrader's release does not copy them, nor does the course's release.
 """
 
 import importlib.util
@@ -58,7 +58,8 @@ def reference_object(check_name: str, target: str | tuple[str, ...]) -> Any:
 
 @cache
 def instructor_module(assignment: str, file: str) -> ModuleType | None:
-    """solutions/<assignment>/<file> (mistakes.py, cases.py), loaded by path: it is never released."""
+    """solutions/<assignment>/<file> (mistakes.py, cases.py, alternatives.py), loaded by path as the
+    module `<stem>_<assignment>` (e.g. alternatives_09_kv_cache), once: it is never released."""
     path = SOLUTIONS / assignment / file
     if not path.exists():
         return None

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/hardest_seeds.py [--seeds N] [--keep K] [CHECK ...]
 
 For every check (or the ones named), each correct answer (the reference and the alternatives
-of tests/helpers/alternatives*.py) is judged on the hidden cases of seeds 0 .. N-1 as the grader
+of solutions/*/alternatives.py) is judged on the hidden cases of seeds 0 .. N-1 as the grader
 judges them; the script ends in failure, naming them, if any of them does not pass (their
 seeds are pinned all the same). Each (answer, seed) gets a margin, how near it came to
 failing, 1 being the edge:

@@ -6,7 +6,7 @@
 For each seed 0 .. N-1, the hidden cases the grader draws for that seed are run by each answer
 as the grader runs them (`run_stage`, one torch thread), and the judge's own accuracy is taken
 of the trained model and of the untrained one, on the held-out points:
-- correct answers: the reference and the alternatives of tests/helpers/alternatives_00.py. Their lowest
+- correct answers: the reference and the alternatives of solutions/00_warmup/alternatives.py. Their lowest
   trained accuracy must clear warmup.THRESHOLD with margin, and their highest untrained accuracy
   must stay under it (the judge fails a model that classifies before any training);
 - wrong answers: the catalogued mistakes whose verdict rests on the threshold (no activation: a

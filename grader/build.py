@@ -43,7 +43,7 @@ from autograder.reference import namespace
 from grader.points import points_table
 
 # Files next to a source notebook that stay on the instructor's side.
-INSTRUCTOR_ONLY = ["mistakes.py", "cases.py"]
+INSTRUCTOR_ONLY = ["mistakes.py", "cases.py", "alternatives.py"]
 EXECUTION_TIMEOUT = 300  # seconds per cell when executing a solution notebook
 
 

@@ -1,5 +1,6 @@
 """What several notebooks' case generators share (solutions/*/cases.py): the activations' inputs
-(00 and 05), random rotation tables and the reference rotation they are built from (03, 04, 08, 09)."""
+(00 and 05), random rotation tables and the reference rotation they are built from (03, 04, 08, 09);
+and what their correct alternatives share (solutions/*/alternatives.py): `Answer`."""
 
 from collections.abc import Callable
 
@@ -13,6 +14,15 @@ SLOPE_STEP = 1e-5  # h of the central difference (f(z + h) - f(z - h)) / 2h, in 
 
 
 LARGE_VALUES = [-1000.0, -100.0, -88.0, -20.0, 20.0, 88.0, 100.0, 1000.0]  # e^88.7 overflows float32
+
+
+class Answer(tuple):
+    """Several objects answering one check together, e.g. (MLP, train), with a name for test ids."""
+
+    def __new__(cls, name, *objects):
+        answer = super().__new__(cls, objects)
+        answer.__name__ = name
+        return answer
 
 
 def _random_shape(g: torch.Generator) -> tuple[int, ...]:

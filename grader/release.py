@@ -72,7 +72,7 @@ def write_notebooks(target: Path) -> None:
 
     from grader.build import generate_release
 
-    generate_release(target, assignments())  # leaves out build.INSTRUCTOR_ONLY (mistakes.py, cases.py)
+    generate_release(target, assignments())  # not build.INSTRUCTOR_ONLY (mistakes, cases, alternatives)
     linked = set()
     for path in target.rglob("*.ipynb"):
         for cell in nbformat.read(path, as_version=4).cells:

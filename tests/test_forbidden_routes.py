@@ -20,7 +20,7 @@ from autograder.checks.sliding_window import LINEAR_MEMORY, VECTORISED
 from autograder.core import forbidden_operations
 from grader.grading import grade
 
-from .helpers.alternatives_07 import RMSNormOneOverSqrt
+from .helpers.alternatives import RMSNormOneOverSqrt
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import parts, perfect, score_when_graded, solution_sources, verdict, with_answer
 from .test_guards import gelu_erf, gelu_erf_derivative

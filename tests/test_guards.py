@@ -14,17 +14,14 @@ from autograder import CHECKS, reference
 from autograder.checks.attention import _LibraryAttention
 from autograder.playground import spirals_split
 
-from .helpers.alternatives_00 import (
-    relu_heaviside_derivative,
-    relu_where,
-    sigmoid_where,
-    sigmoid_where_derivative,
-    silu_expit,
-    silu_expit_derivative,
-    step_einsum,
-)
-from .helpers.alternatives_01 import attention_einsum
 from .helpers.submissions import verdict
+
+_warmup = reference.instructor_module("00_warmup", "alternatives.py")  # solutions/00_warmup/
+relu_heaviside_derivative, relu_where = _warmup.relu_heaviside_derivative, _warmup.relu_where
+sigmoid_where, sigmoid_where_derivative = _warmup.sigmoid_where, _warmup.sigmoid_where_derivative
+silu_expit, silu_expit_derivative = _warmup.silu_expit, _warmup.silu_expit_derivative
+step_einsum = _warmup.step_einsum
+attention_einsum = reference.instructor_module("01_attention", "alternatives.py").attention_einsum
 
 HIDDEN_SEED = 7
 

@@ -23,7 +23,6 @@ from autograder.checks import CHECKS
 from autograder.checks import kv_cache as kc
 from autograder.paths import REPO, source_notebook
 
-from .helpers import alternatives_09
 from .helpers.submissions import (
     mistake,
     names_the_notebook_binds,
@@ -36,6 +35,7 @@ from .helpers.submissions import (
 )
 
 ASSIGNMENT = "09_kv_cache"
+alternatives_09 = reference.instructor_module(ASSIGNMENT, "alternatives.py")  # solutions/09_kv_cache/
 HIDDEN_SEED = 9
 SEEDS = (None, HIDDEN_SEED)  # the visible cases, then hidden ones
 LAYER_CONCERNS = (kc.DECODE, kc.PREFILL, kc.GQA, kc.WINDOW, kc.CACHE)

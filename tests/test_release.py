@@ -80,7 +80,8 @@ def test_its_package_is_the_students_side_only(bundle):
     modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
     source = REPO / "autograder"
     assert modules == {p.relative_to(source).as_posix() for p in source.rglob("*.py")}
-    assert not any(p.name in {"mistakes.py", "gradebook.db"} or "solutions" in p.parts for p in files(bundle))
+    leaked = {"mistakes.py", "alternatives.py", "gradebook.db"}
+    assert not any(p.name in leaked or "solutions" in p.parts for p in files(bundle))
     for path in package.rglob("*.pt"):
         import torch
 

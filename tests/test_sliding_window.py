@@ -43,21 +43,24 @@ from autograder.core import TOLERANCES, Case, _fresh_copy, judge
 from autograder.paths import REPO, source_notebook
 
 from .helpers.alternatives import ALTERNATIVES
-from .helpers.alternatives_03 import (
-    ODD_ONLY,
-    CatZerosLayer,
-    HomeworkLayer,
-    HomeworkOwnTableAsAttribute,
-    HomeworkRequiresTable,
-    HomeworkStubBuildsRoPE,
-    HomeworkTableKeywordOnly,
-)
-from .helpers.alternatives_04 import RoPEHomework, RoPEOwnAttributeName, RoPEReal, rotation_matrix_complex
 from .helpers.submissions import mistake, parts, verdict
 
 ASSIGNMENT = "03_sliding_window"
 RTOL, ATOL = TOLERANCES[torch.float32]
 HIDDEN_SEED = 3
+
+# Correct alternatives of this notebook and of 04 (solutions/<a>/alternatives.py).
+_alternatives = reference.instructor_module(ASSIGNMENT, "alternatives.py")
+ODD_ONLY = _alternatives.ODD_ONLY
+CatZerosLayer = _alternatives.CatZerosLayer
+HomeworkLayer = _alternatives.HomeworkLayer
+HomeworkOwnTableAsAttribute = _alternatives.HomeworkOwnTableAsAttribute
+HomeworkRequiresTable = _alternatives.HomeworkRequiresTable
+HomeworkStubBuildsRoPE = _alternatives.HomeworkStubBuildsRoPE
+HomeworkTableKeywordOnly = _alternatives.HomeworkTableKeywordOnly
+_rope = reference.instructor_module("04_rope", "alternatives.py")
+RoPEHomework, RoPEOwnAttributeName = _rope.RoPEHomework, _rope.RoPEOwnAttributeName
+RoPEReal, rotation_matrix_complex = _rope.RoPEReal, _rope.rotation_matrix_complex
 
 
 @cache

@@ -25,10 +25,10 @@ from autograder.checks.tiled_attention import (
 )
 from autograder.core import judge
 
-from .helpers.alternatives_11 import attention_prose
 from .helpers.submissions import parts
 
 ASSIGNMENT = "11_tiled_attention"
+attention_prose = reference.instructor_module(ASSIGNMENT, "alternatives.py").attention_prose
 HIDDEN_SEED = 5
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
 

@@ -829,10 +829,11 @@ MODEL = Check(
         Concern(CAST, weight=1),
     ],
     measured=("float32 logits", "logits cast and back", REVERSED, PREFIXED, *PART_GRADED_IN),
-    # Correct parts that order their float32 operations otherwise (tests/helpers/alternatives_08.py,
-    # TransformerOfOtherParts) move the whole model's logits through two or three blocks: of 1000 seeds
-    # of every correct answer, 0.09 of this tolerance at most, about float32's own (seed 970,
-    # `benchmarks/hardest_seeds.py 08.transformer --seeds 1000`); the mistakes move them by whole units.
+    # Correct parts that order their float32 operations otherwise (TransformerOfOtherParts, in
+    # solutions/08_transformer/alternatives.py) move the whole model's logits through two or three
+    # blocks: of 1000 seeds of every correct answer, 0.09 of this tolerance at most, about float32's own
+    # (seed 970, `benchmarks/hardest_seeds.py 08.transformer --seeds 1000`); the mistakes move them by
+    # whole units.
     extra_tolerance={torch.float32: (1e-4, 1e-4)},
     outputs={
         "logits": "the logits",

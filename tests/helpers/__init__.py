@@ -1,2 +1,3 @@
-"""What the tests share: correct alternatives, submissions and their verdicts, LMS exports, pinned
-seeds, a loaded machine, browser sessions. No tests here."""
+"""What the tests share: the correct alternatives (gathered from solutions/*/alternatives.py),
+submissions and their verdicts, LMS exports, pinned seeds, a loaded machine, browser sessions. No
+tests here."""

@@ -1,36 +1,25 @@
 """Correct answers written differently from the reference: every check must accept them.
 
-One module per notebook (tests/helpers/alternatives_NN.py), each with its ALTERNATIVES by check name.
+One module per notebook, solutions/<assignment>/alternatives.py beside its mistakes.py and cases.py,
+each with its ALTERNATIVES by check name. Like them it stays on the instructor's side and is loaded
+by path (autograder.reference.instructor_module, once: every test gets the same objects).
 """
 
-from .alternatives_00 import ALTERNATIVES as ALTERNATIVES_00
-from .alternatives_01 import ALTERNATIVES as ALTERNATIVES_01
-from .alternatives_02 import ALTERNATIVES as ALTERNATIVES_02
-from .alternatives_03 import ALTERNATIVES as ALTERNATIVES_03
-from .alternatives_04 import ALTERNATIVES as ALTERNATIVES_04
-from .alternatives_04 import RoPEReal, rotation_matrix_complex, rotation_matrix_exp
-from .alternatives_05 import ALTERNATIVES as ALTERNATIVES_05
-from .alternatives_06 import ALTERNATIVES as ALTERNATIVES_06
-from .alternatives_07 import ALTERNATIVES as ALTERNATIVES_07
-from .alternatives_07 import RMSNormOneOverSqrt
-from .alternatives_08 import ALTERNATIVES as ALTERNATIVES_08
-from .alternatives_09 import ALTERNATIVES as ALTERNATIVES_09
-from .alternatives_10 import ALTERNATIVES as ALTERNATIVES_10
-from .alternatives_11 import ALTERNATIVES as ALTERNATIVES_11
+from autograder import reference
+from autograder.paths import assignments
 
-ALTERNATIVES = {
-    **ALTERNATIVES_00,
-    **ALTERNATIVES_01,
-    **ALTERNATIVES_02,
-    **ALTERNATIVES_03,
-    **ALTERNATIVES_04,
-    **ALTERNATIVES_05,
-    **ALTERNATIVES_06,
-    **ALTERNATIVES_07,
-    **ALTERNATIVES_08,
-    **ALTERNATIVES_09,
-    **ALTERNATIVES_10,
-    **ALTERNATIVES_11,
-}
+
+def _alternatives(assignment: str) -> dict[str, list]:
+    module = reference.instructor_module(assignment, "alternatives.py")
+    return getattr(module, "ALTERNATIVES", {}) if module else {}
+
+
+ALTERNATIVES = {name: answers for a in assignments() for name, answers in _alternatives(a).items()}
+
+_rope = reference.instructor_module("04_rope", "alternatives.py")
+RoPEReal = _rope.RoPEReal
+rotation_matrix_complex = _rope.rotation_matrix_complex
+rotation_matrix_exp = _rope.rotation_matrix_exp
+RMSNormOneOverSqrt = reference.instructor_module("07_rmsnorm", "alternatives.py").RMSNormOneOverSqrt
 
 __all__ = ["ALTERNATIVES", "RMSNormOneOverSqrt", "RoPEReal", "rotation_matrix_complex", "rotation_matrix_exp"]

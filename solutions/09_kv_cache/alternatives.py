@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .alternatives_00 import Answer
+from grader.casework import Answer
 
 # ------------------------------------------------------------------------ RoPE at start_pos
 

@@ -9,18 +9,21 @@ Not among them: a block that adds its residuals in place (x += ...). Its values 
 08.training fails it, naming the in-place addition (tests/test_transformer.py).
 """
 
+import nbformat
 import torch
 import torch.nn as nn
 
-from autograder.reference import namespace
+from autograder import reference
+from autograder.cells import grade_id, nbgrader_meta
+from autograder.paths import source_notebook
 
-from .alternatives_03 import GatherLayer
-from .alternatives_04 import rotation_matrix_exp
-from .alternatives_06 import MoeDense
-from .alternatives_07 import RMSNormOneOverSqrt
-from .submissions import solution_sources
+# Other notebooks' correct alternatives, the parts a student's notebook 08 would be built of.
+GatherLayer = reference.instructor_module("03_sliding_window", "alternatives.py").GatherLayer
+rotation_matrix_exp = reference.instructor_module("04_rope", "alternatives.py").rotation_matrix_exp
+MoeDense = reference.instructor_module("06_moe", "alternatives.py").MoeDense
+RMSNormOneOverSqrt = reference.instructor_module("07_rmsnorm", "alternatives.py").RMSNormOneOverSqrt
 
-_notebook = namespace("08_transformer")
+_notebook = reference.namespace("08_transformer")
 RMSNorm = _notebook["RMSNorm"]
 EfficientSlidingWindowMultiheadAttention = _notebook["EfficientSlidingWindowMultiheadAttention"]
 MoeLayer = _notebook["MoeLayer"]
@@ -303,7 +306,8 @@ def _over_other_parts(*cells: str) -> dict:
         "MoeLayer": MoeDense,
         "get_rotation_matrix": rotation_matrix_exp,
     }
-    sources = solution_sources("08_transformer")
+    notebook = nbformat.read(source_notebook("08_transformer"), as_version=4)
+    sources = {grade_id(c): c.source for c in notebook.cells if nbgrader_meta(c).get("solution")}
     for cell in cells:
         exec(compile(sources[cell], f"08_transformer.ipynb:{cell}", "exec"), names)
     return names
