@@ -7,6 +7,12 @@ grades.csv, feedback pages and the class report). grading.py runs them; cli.py i
 Nothing here ships to students or is importable from a sandboxed kernel: that side is autograder/.
 """
 
+import sys
 from pathlib import Path
+
+# jsonschema imports rfc3987_syntax where it is installed (jupyter-events asks for it), and that
+# module builds a parser on import: 1.7 s of the start of every process that reads a notebook, for
+# a check of IRI strings that nbformat and nbgrader never make. Marked absent, jsonschema skips it.
+sys.modules.setdefault("rfc3987_syntax", None)
 
 TEMPLATES = Path(__file__).resolve().with_name("templates")

@@ -15,20 +15,24 @@ worker's process (preprocessors.JudgedExecute), which never runs student code.
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
+import nbgrader
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
 from autograder.paths import SOLUTIONS
 from autograder.printable import shown, shown_json, shown_lines, shown_text
+from grader import build
 from grader.build import generate_all, nbgrader_config
 from grader.grades import Result, failed
 from grader.notebook.clean import notebook_metadata
@@ -48,6 +52,7 @@ class Limits:
 
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
+TEMPLATES_KEPT = 4  # generated templates kept in the user's cache (2.3 MB each)
 
 
 @dataclass(frozen=True)
@@ -87,16 +92,22 @@ class Graded:
 
 
 def solutions_fingerprint() -> str:
-    """One hash over every file of solutions/: the tests and references a batch is graded with."""
+    """One hash over the files of solutions/ that a batch is graded with: the tests, references,
+    cases and mistakes (the correct alternatives are the test suite's own)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in SOLUTIONS.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in sorted(
+        p
+        for p in SOLUTIONS.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "alternatives.py"
+    ):
         digest.update(str(path.relative_to(SOLUTIONS)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 def prepare_template(work: Path) -> Path:
-    """nbgrader's gradebook with every assignment, generated once into `work`; each notebook is
-    graded in a copy of it."""
+    """nbgrader's gradebook with every assignment, in `work`; each notebook is graded in a copy of
+    it. Generating it takes about 8 s, so it is copied from the user's cache (template_cache) where
+    a batch graded with the same solutions and nbgrader stored it, and stored there otherwise."""
     template = work / "template"
     fingerprint = solutions_fingerprint()
     if (template / "gradebook.db").exists():
@@ -107,11 +118,61 @@ def prepare_template(work: Path) -> Path:
         return template
     staging = work / "template.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(SOLUTIONS, staging / "source", ignore=shutil.ignore_patterns("__pycache__"))
-    generate_all(nbgrader_config(staging, staging / "source", staging / "gradebook.db"))
-    (staging / "solutions_sha256").write_text(fingerprint)
+    try:
+        shutil.copytree(_cached_template(fingerprint), staging)
+    except OSError:  # no cache to write to (a read-only home): generated here, as the first batch does
+        shutil.rmtree(staging, ignore_errors=True)
+        _generate_template(staging, fingerprint)
     staging.rename(template)
     return template
+
+
+def template_cache() -> Path:
+    """Where generated templates are kept between batches: $XDG_CACHE_HOME (else ~/.cache), under
+    the course's name; outside every sandbox, as the instructor's home is."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "transformer-internals" / "templates"
+
+
+def _cached_template(fingerprint: str) -> Path:
+    """The cache's template for these solutions, this nbgrader and this build of its settings,
+    generated there first if it has none. Batches running at once may both generate it: the first
+    rename wins, and the other's copy is dropped."""
+    digest = hashlib.sha256(f"{fingerprint}\0{nbgrader.__version__}\0".encode())
+    digest.update(Path(build.__file__).read_bytes())  # nbgrader's settings for the course
+    cache = template_cache()
+    entry = cache / digest.hexdigest()[:32]
+    if not (entry / "solutions_sha256").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="partial-", dir=cache))
+        try:
+            _generate_template(staging, fingerprint)
+            staging.rename(entry)
+        except OSError:
+            if not (entry / "solutions_sha256").exists():
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        _prune(cache)
+    os.utime(entry)  # used now: the least recently used go first
+    return entry
+
+
+def _generate_template(folder: Path, fingerprint: str) -> None:
+    shutil.copytree(SOLUTIONS, folder / "source", ignore=shutil.ignore_patterns("__pycache__"))
+    generate_all(nbgrader_config(folder, folder / "source", folder / "gradebook.db"))
+    (folder / "solutions_sha256").write_text(fingerprint)  # last: a folder without it is incomplete
+
+
+def _prune(cache: Path) -> None:
+    """Keep the TEMPLATES_KEPT templates used last, and the partial ones of the last hour (a batch
+    may be generating one)."""
+    now = time.time()
+    entries = sorted(cache.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    done = [p for p in entries if not p.name.startswith("partial-")]
+    stale = [p for p in entries if p.name.startswith("partial-") and now - p.stat().st_mtime > 3600]
+    for path in done[TEMPLATES_KEPT:] + stale:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pack_template(template: Path) -> bytes:
