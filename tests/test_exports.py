@@ -18,6 +18,7 @@ from autograder.paths import assignments
 from autograder.printable import UNPRINTABLE
 from grader.intake import exports
 from grader.intake.inbox import Intake, IntakeFile, find_submissions, write_intake_report
+from grader.record import feedback_return, roster
 from tests.helpers.lms_exports import (
     STUDENTS,
     blackboard_export,
@@ -104,6 +105,20 @@ def test_each_export_grades_each_students_latest_notebook(tmp_path, kind, packed
             assert (
                 f"'{export.renamed[s.student, s.notebook]}' recognised as {s.notebook} by its cells" in s.note
             )
+
+
+def test_an_lms_is_one_row_of_each_table():
+    """How its files are named and whose they are (exports.EXPORTS), its roster and upload
+    (roster.FORMATS), and, where it takes feedback back, its bundle: the tables name the same LMSs,
+    under one title."""
+    keys = [export.key for export in exports.EXPORTS]
+    assert len(set(keys)) == len(keys) and "" not in keys
+    assert set(roster.FORMATS) == {*keys, ""}  # "": the plain roster
+    assert set(feedback_return.BUNDLES) <= set(keys)
+    assert all(roster.FORMATS[key].name == exports.LMS_NAMES[key] for key in keys)
+    for export in exports.EXPORTS:  # its ids: refused in its words, with the fix
+        refusal = export.refuse_id(exports.Identified("notebook", export.key, key="4"), "a b", "A B", "why")
+        assert "'a b'" in refusal and "why" in refusal and export.title in refusal
 
 
 def test_canvas_names_ids_lateness_and_the_latest_attachment(tmp_path):

@@ -21,10 +21,14 @@ metadata at the top is read: in a student's folder a file's name or content says
 whose work it is. The one folder looked through is the one an export itself wraps its files in
 (Gradescope's assignment_<id>_export/); any other folder at the top may be a student's, so its
 files are that student's whatever they are named.
+
+Each LMS is one row of EXPORTS (at the end), read in its order: a new one is one row and its tests,
+besides its roster format (record/roster.py) and any feedback bundle (record/feedback_return.py).
 """
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -35,7 +39,6 @@ from autograder.printable import shown
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")  # also a folder name in OUT: nothing else
 ID_RULE = "a student id holds only ASCII letters, digits and . _ @ + -, and starts with a letter or digit"
 METADATA = "submission_metadata.yml"  # Gradescope's list of submissions and their students
-LMS_NAMES = {"canvas": "Canvas", "moodle": "Moodle", "blackboard": "Blackboard", "gradescope": "Gradescope"}
 
 CANVAS = re.compile(
     r"(?P<name>.*?)(?P<late>_LATE)?_(?P<user>[1-9][0-9]*)_(?P<attachment>[1-9][0-9]*)_(?P<file>.+)"
@@ -83,10 +86,9 @@ def is_notebook(name: str) -> bool:
 
 
 def wanted(name: str) -> bool:
-    """Whether the intake copies and reads a file of this name: notebooks, Gradescope's metadata
-    and Blackboard's receipts (everything else is only listed)."""
-    match = BLACKBOARD.fullmatch(name)
-    return is_notebook(name) or name == METADATA or bool(match and match["receipt"])
+    """Whether the intake copies and reads a file of this name: notebooks, and the files an export
+    writes beside them (Blackboard's receipts, Gradescope's metadata); everything else is only listed."""
+    return is_notebook(name) or any(export.writes(name) for export in EXPORTS)
 
 
 def named(file: str, known: tuple[str, ...]) -> str:
@@ -114,43 +116,11 @@ class Layout:
         if len(relative) == 1:
             return self._top(relative[0])
         folder, file = relative[0], relative[-1]
-        if (moodle := MOODLE.fullmatch(folder)) and not moodle["file"]:
-            return _moodle(moodle, file, self.known)
-        submission = GRADESCOPE_FOLDER.fullmatch(folder)
-        if submission and self.gradescope:
-            kind = "notebook" if is_notebook(file) else "other"
-            detail = "" if kind == "notebook" else not_a_notebook(file)
-            return Identified(
-                kind,
-                "gradescope",
-                file=file,
-                notebook=named(file, self.known),
-                key=submission["id"],
-                detail=detail,
-            )
-        if file == METADATA and len(relative) == 2 and folder not in self.nested_gradescope:
-            return Identified(
-                "other",
-                detail=f"{METADATA} in '{folder}/', a student's folder, is not read: Gradescope's metadata "
-                "is read at the top of its export only",
-            )
+        for export in EXPORTS:
+            if found := export.read_folder(relative, self):
+                return found
         if not is_notebook(file):
             return Identified("other", detail=not_a_notebook(file))
-        if folder in self.nested_gradescope and GRADESCOPE_FOLDER.fullmatch(relative[1]):
-            return Identified(
-                "refused",
-                "gradescope",
-                detail=f"'{folder}/' is a Gradescope export (it holds {METADATA}) beside other files of "
-                "the source: grade it on its own (its folder or zip as downloaded)",
-            )
-        if submission:
-            return Identified(
-                "refused",
-                "gradescope",
-                detail=f"'{folder}/' is named as a Gradescope export's submission folder, but there is "
-                f"no {METADATA} at the top of the source to say whose it is: grade the export's folder or "
-                "zip as downloaded, with its metadata",
-            )
         if len(relative) > 2:
             inner = "/".join(relative[:-1])
             return Identified(
@@ -163,20 +133,10 @@ class Layout:
     def _top(self, name: str) -> Identified:
         """A file at the top of the source: named the way an export names flat files, or
         <student>_<notebook>.ipynb."""
-        if name == METADATA:
-            return Identified(
-                "metadata", "gradescope", detail="Gradescope's list of submissions and their students"
-            )
-        if (moodle := MOODLE.fullmatch(name)) and moodle["file"]:
-            return _moodle(moodle, moodle["file"], self.known)
-        if (blackboard := BLACKBOARD.fullmatch(name)) and (found := _blackboard(blackboard, self.known)):
-            return found
+        for export in EXPORTS:
+            if found := export.read_top(name, self):
+                return found
         plain = self._plain_flat(name)
-        canvas = CANVAS.fullmatch(name)
-        # Canvas's, unless the plain reading's notebook spans the ids: `jdoe_2_10_moe.ipynb` is jdoe_2's
-        # 10_moe, where no Canvas file would have attachment id 10 and the student's file `moe.ipynb`.
-        if canvas and not (plain and plain.notebook and len(plain.notebook) + 6 > len(canvas["file"])):
-            return _canvas(canvas, self.known)
         if plain:
             return plain
         if not is_notebook(name):
@@ -362,7 +322,11 @@ def read_receipt(text: str) -> Receipt | None:
     return Receipt(clean_name(match["name"]), match["username"]) if match else None
 
 
-class Ambiguous(ValueError):
+class Unowned(ValueError):
+    """Whose work an export's file is cannot be told; the message says why and what to do."""
+
+
+class Ambiguous(Unowned):
     """A file name that can be read as more than one student's."""
 
 
@@ -481,6 +445,202 @@ def instant(iso: str) -> tuple:
     except ValueError:
         return ()
     return (when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when,)
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+@dataclass(frozen=True)
+class Companions:
+    """What the files an export writes beside the notebooks said, read first (inbox.py)."""
+
+    receipts: dict[str, Receipt]  # Blackboard's, by attempt
+    metadata: dict[str, GradescopeSubmission] | str  # Gradescope's, by submission id; or why there is none
+
+
+@dataclass(frozen=True)
+class Owners:
+    """Whose work a file is: each member (a Gradescope group has several), and its attempt."""
+
+    members: tuple[tuple[str, str], ...]  # (student id, name)
+    attempt: tuple
+    attempt_label: str
+    submitted_at: str
+
+
+def _named_by_path(what: Identified, companions: Companions) -> Owners:
+    """The student the path names (Canvas, Moodle, the plain layouts)."""
+    return Owners(((what.student, what.name),), what.attempt, what.attempt_label, what.submitted_at)
+
+
+def _blackboard_owner(what: Identified, companions: Companions) -> Owners:
+    member = blackboard_student(what.key, companions.receipts.get(what.key))
+    return Owners((member,), what.attempt, what.attempt_label, what.submitted_at)
+
+
+def _gradescope_owners(what: Identified, companions: Companions) -> Owners:
+    metadata = companions.metadata
+    if isinstance(metadata, str):
+        raise Unowned(f"whose work it is cannot be told: {metadata}")
+    if what.key not in metadata:
+        raise Unowned(
+            f"submission_{what.key} is not in Gradescope's {METADATA}, so whose work it is cannot be "
+            "told: the metadata and the folders must come from the same export (download it again)"
+        )
+    submission = metadata[what.key]
+    if not submission.submitters:
+        raise Unowned(f"{METADATA} names no student for submission_{what.key}")
+    members = tuple((s.student, s.name) for s in submission.submitters)
+    attempt = (instant(submission.submitted_at), int(what.key))
+    return Owners(members, attempt, f"submission {what.key}", submission.submitted_at)
+
+
+def _id_in_file_name(title: str) -> Callable[[Identified, str, str, str], str]:
+    def refusal(what: Identified, student: str, name: str, problem: str) -> str:
+        better = suggested_id(student)
+        fix = "rename this student's files" + (f", e.g. with '{better}' in its place" if better else "")
+        return f"the {title} '{student}' in the file name cannot be a student id: {problem}; {fix}"
+
+    return refusal
+
+
+def _id_in_metadata(what: Identified, student: str, name: str, problem: str) -> str:
+    who = f"{name} in submission_{what.key}" if name else f"a student of submission_{what.key}"
+    if not student:
+        return f"Gradescope's {METADATA} gives {who} no :sid: and no :email:: add their sid there"
+    return (
+        f"the Gradescope sid (or email) '{student}' of {who} cannot be a student id: {problem}; "
+        f"correct it in {METADATA}"
+    )
+
+
+def _canvas_top(name: str, layout: "Layout") -> Identified | None:
+    canvas = CANVAS.fullmatch(name)
+    if not canvas:
+        return None
+    plain = layout._plain_flat(name)
+    # Not Canvas's where the plain reading's notebook spans the ids: `jdoe_2_10_moe.ipynb` is jdoe_2's
+    # 10_moe, where no Canvas file would have attachment id 10 and the student's file `moe.ipynb`.
+    if plain and plain.notebook and len(plain.notebook) + 6 > len(canvas["file"]):
+        return None
+    return _canvas(canvas, layout.known)
+
+
+def _moodle_top(name: str, layout: "Layout") -> Identified | None:
+    moodle = MOODLE.fullmatch(name)
+    return _moodle(moodle, moodle["file"], layout.known) if moodle and moodle["file"] else None
+
+
+def _moodle_folder(relative: tuple[str, ...], layout: "Layout") -> Identified | None:
+    moodle = MOODLE.fullmatch(relative[0])
+    return _moodle(moodle, relative[-1], layout.known) if moodle and not moodle["file"] else None
+
+
+def _blackboard_top(name: str, layout: "Layout") -> Identified | None:
+    blackboard = BLACKBOARD.fullmatch(name)
+    return _blackboard(blackboard, layout.known) if blackboard else None
+
+
+def _is_receipt(name: str) -> bool:
+    match = BLACKBOARD.fullmatch(name)
+    return bool(match and match["receipt"])
+
+
+def _gradescope_top(name: str, layout: "Layout") -> Identified | None:
+    if name != METADATA:
+        return None
+    return Identified("metadata", "gradescope", detail="Gradescope's list of submissions and their students")
+
+
+def _gradescope_folder(relative: tuple[str, ...], layout: "Layout") -> Identified | None:
+    """A file in a submission_<id>/ folder of the export whose metadata lies at the source's top;
+    and the refusals of what looks like Gradescope's elsewhere."""
+    folder, file = relative[0], relative[-1]
+    submission = GRADESCOPE_FOLDER.fullmatch(folder)
+    if submission and layout.gradescope:
+        kind = "notebook" if is_notebook(file) else "other"
+        detail = "" if kind == "notebook" else not_a_notebook(file)
+        return Identified(
+            kind,
+            "gradescope",
+            file=file,
+            notebook=named(file, layout.known),
+            key=submission["id"],
+            detail=detail,
+        )
+    if file == METADATA and len(relative) == 2 and folder not in layout.nested_gradescope:
+        return Identified(
+            "other",
+            detail=f"{METADATA} in '{folder}/', a student's folder, is not read: Gradescope's metadata "
+            "is read at the top of its export only",
+        )
+    if not is_notebook(file):
+        return None
+    if folder in layout.nested_gradescope and GRADESCOPE_FOLDER.fullmatch(relative[1]):
+        return Identified(
+            "refused",
+            "gradescope",
+            detail=f"'{folder}/' is a Gradescope export (it holds {METADATA}) beside other files of "
+            "the source: grade it on its own (its folder or zip as downloaded)",
+        )
+    if submission:
+        return Identified(
+            "refused",
+            "gradescope",
+            detail=f"'{folder}/' is named as a Gradescope export's submission folder, but there is "
+            f"no {METADATA} at the top of the source to say whose it is: grade the export's folder or "
+            "zip as downloaded, with its metadata",
+        )
+    return None
+
+
+def _nothing(*_) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Export:
+    """One LMS's export, as the intake reads it: a row of EXPORTS (docs/lms-exports.md)."""
+
+    key: str  # Identified.lms, the record's `lms` column, roster.FORMATS' key
+    title: str
+    read_top: Callable[[str, "Layout"], Identified | None]  # a file at the source's top; None: not its
+    refuse_id: Callable[[Identified, str, str, str], str]  # (what, student, name, problem) -> the refusal
+    read_folder: Callable[[tuple[str, ...], "Layout"], Identified | None] = _nothing  # in a top folder
+    owners: Callable[[Identified, Companions], Owners] = _named_by_path  # raises Unowned
+    writes: Callable[[str], bool] = _nothing  # the names of what it writes beside the notebooks
+
+
+# Read in this order; the patterns overlap, so each reader guards against the ones it must yield to
+# (Blackboard's against Canvas ids, Canvas's against a plain name whose notebook spans its ids).
+EXPORTS = (
+    Export("moodle", "Moodle", _moodle_top, _id_in_file_name("Moodle id"), read_folder=_moodle_folder),
+    Export(
+        "gradescope",
+        "Gradescope",
+        _gradescope_top,
+        _id_in_metadata,
+        read_folder=_gradescope_folder,
+        owners=_gradescope_owners,
+        writes=lambda name: name == METADATA,
+    ),
+    Export(
+        "blackboard",
+        "Blackboard",
+        _blackboard_top,
+        _id_in_file_name("Blackboard username"),
+        owners=_blackboard_owner,
+        writes=_is_receipt,
+    ),
+    Export("canvas", "Canvas", _canvas_top, _id_in_file_name("Canvas id")),
+)
+BY_KEY = {export.key: export for export in EXPORTS}
+LMS_NAMES = {export.key: export.title for export in EXPORTS}
+PLAIN = Export("", "plain layout", _nothing, _id_in_file_name("student id"))  # <student>/<file>, flat names
+
+
+def export_of(lms: str) -> Export:
+    return BY_KEY.get(lms, PLAIN)
 
 
 # ------------------------------------------------------------------------------ words

@@ -144,9 +144,15 @@ class _Candidate:
     name: str
     notebook: str
     note: str  # how its notebook was told, where not by its exact name
-    submitted_at: str
-    attempt: tuple
-    attempt_label: str
+    owners: exports.Owners  # every member of its group, and its attempt
+
+    @property
+    def attempt(self) -> tuple:
+        return self.owners.attempt
+
+    @property
+    def attempt_label(self) -> str:
+        return self.owners.attempt_label
 
 
 # ------------------------------------------------------------------------------ assembly
@@ -174,6 +180,7 @@ class _Assembly:
         found = [(entry, layout.identify(entry.parts)) for entry in listed]
         receipts = self._receipts([(e, f) for e, f in found if f.kind == "receipt" and e.copy])
         metadata = self._metadata([e for e, f in found if f.kind == "metadata" and e.copy])
+        companions = exports.Companions(receipts, metadata)
         candidates: dict[tuple[str, str], list[_Candidate]] = {}
         for entry, what in found:
             if what.kind in ("receipt", "metadata") and entry.copy:
@@ -184,10 +191,10 @@ class _Assembly:
                 detail = what.detail or exports.not_a_notebook(entry.parts[-1])
                 self._file(entry, "ignored", what.student, detail=detail)
             else:
-                for candidate in self._candidates(entry, what, receipts, metadata):
+                for candidate in self._candidates(entry, what, companions):
                     candidates.setdefault((candidate.student, candidate.notebook), []).append(candidate)
         for (student, notebook), group in candidates.items():
-            self._select(student, notebook, group, metadata)
+            self._select(student, notebook, group)
         self.intake.submissions.sort(key=lambda s: (s.student, s.notebook))
         self.intake.files.sort(key=lambda f: (f.path, f.student))
         return self.intake
@@ -248,49 +255,26 @@ class _Assembly:
         )
         return submissions
 
-    def _candidates(self, entry: _Entry, what: Identified, receipts, metadata) -> list[_Candidate]:
+    def _candidates(
+        self, entry: _Entry, what: Identified, companions: exports.Companions
+    ) -> list[_Candidate]:
         """The students whose work the file is (a Gradescope group: each member), with its notebook."""
-        attempt, label, submitted_at = what.attempt, what.attempt_label, what.submitted_at
-        if what.lms == "blackboard":
-            try:
-                members = [exports.blackboard_student(what.key, receipts.get(what.key))]
-            except exports.Ambiguous as error:
-                self._refuse(entry, entry.origin, "", str(error))
-                return []
-        elif what.lms == "gradescope":
-            if isinstance(metadata, str):
-                self._refuse(entry, entry.origin, "", f"whose work it is cannot be told: {metadata}")
-                return []
-            if what.key not in metadata:
-                reason = (
-                    f"submission_{what.key} is not in Gradescope's {METADATA}, so whose work it is cannot be "
-                    "told: the metadata and the folders must come from the same export (download it again)"
-                )
-                self._refuse(entry, entry.origin, "", reason)
-                return []
-            submission = metadata[what.key]
-            members = [(s.student, s.name) for s in submission.submitters]
-            attempt = (exports.instant(submission.submitted_at), int(what.key))
-            label = f"submission {what.key}"
-            submitted_at = submission.submitted_at
-            if not members:
-                self._refuse(
-                    entry, entry.origin, "", f"{METADATA} names no student for submission_{what.key}"
-                )
-        else:
-            members = [(what.student, what.name)]
+        export = exports.export_of(what.lms)
+        try:
+            owners = export.owners(what, companions)
+        except exports.Unowned as error:
+            self._refuse(entry, entry.origin, "", str(error))
+            return []
         notebook, note = self._notebook(entry, what)
         logged = "\n".join(line for line in (what.note, note) if line)  # for the log, not a reason
         candidates = []
-        for student, name in members:
-            if problem := self._id_problem(what, student, name):
-                self._refuse(entry, entry.origin, notebook, problem)
+        for student, name in owners.members:
+            if problem := exports.id_problem(student):
+                self._refuse(entry, entry.origin, notebook, export.refuse_id(what, student, name, problem))
             elif not notebook:
                 self._refuse(entry, student, "", note)
             else:
-                candidates.append(
-                    _Candidate(entry, what, student, name, notebook, logged, submitted_at, attempt, label)
-                )
+                candidates.append(_Candidate(entry, what, student, name, notebook, logged, owners))
         return candidates
 
     def _notebook(self, entry: _Entry, what: Identified) -> tuple[str, str]:
@@ -303,26 +287,9 @@ class _Assembly:
             self.recognised[entry.origin] = (notebook, note)
         return self.recognised[entry.origin]
 
-    def _id_problem(self, what: Identified, student: str, name: str) -> str:
-        """Why an id an export gives cannot be a student id (a folder name in OUT), and what to do."""
-        if not (problem := exports.id_problem(student)):
-            return ""
-        if what.lms == "gradescope":
-            who = f"{name} in submission_{what.key}" if name else f"a student of submission_{what.key}"
-            if not student:
-                return f"Gradescope's {METADATA} gives {who} no :sid: and no :email:: add their sid there"
-            return (
-                f"the Gradescope sid (or email) '{student}' of {who} cannot be a student id: {problem}; "
-                f"correct it in {METADATA}"
-            )
-        better = exports.suggested_id(student)
-        fix = "rename this student's files" + (f", e.g. with '{better}' in its place" if better else "")
-        what_id = "the Blackboard username" if what.lms == "blackboard" else f"the {LMS_NAMES[what.lms]} id"
-        return f"{what_id} '{student}' in the file name cannot be a student id: {problem}; {fix}"
-
     # -------------------------------------------------------------------------- one student, one notebook
 
-    def _select(self, student: str, notebook: str, group: list[_Candidate], metadata) -> None:
+    def _select(self, student: str, notebook: str, group: list[_Candidate]) -> None:
         """Grade the one file, or the latest attempt where the export orders them; refuse the rest."""
         kept = []
         for c in group:  # whatever the layout concluded: a known student's folder holds her work only
@@ -361,12 +328,12 @@ class _Assembly:
         graded = latest[0]
         notes = [graded.note] if graded.note else []
         group_of = ""
-        if graded.found.lms == "gradescope" and len(members := metadata[graded.found.key].submitters) > 1:
-            everyone = ", ".join(f"{m.name} ({m.student})" if m.name else m.student for m in members)
-            group_of = f"Gradescope group submission {graded.found.key} of {everyone}"
+        lms = LMS_NAMES.get(graded.found.lms, "")
+        if len(members := graded.owners.members) > 1:
+            everyone = ", ".join(f"{name} ({member})" if name else member for member, name in members)
+            group_of = f"{lms} group submission {graded.found.key} of {everyone}"
             notes.append(f"{group_of}: graded for each of them")
         if older:
-            lms = LMS_NAMES[graded.found.lms]
             notes.append(
                 f"{lms} export: {len(group)} files for {notebook}; the latest ({graded.attempt_label}: "
                 f"{graded.entry.origin}) is graded"
@@ -385,7 +352,7 @@ class _Assembly:
             path,
             name=graded.name,
             late=graded.found.late,
-            submitted_at=graded.submitted_at,
+            submitted_at=graded.owners.submitted_at,
             origin=graded.entry.origin,
             lms=graded.found.lms,
             note="\n".join(notes),

@@ -35,8 +35,8 @@ def write_feedback_bundles(out: Path, rows: list[Result]) -> list[Path]:
     pages = [(row, out / "feedback" / row.student / f"{row.notebook}.html") for row in rows]
     pages = [(row, page) for row, page in pages if row.origin and page.exists()]
     entries = {
-        CANVAS_BUNDLE: {canvas_name(row): page for row, page in pages if row.lms == "canvas"},
-        MOODLE_BUNDLE: {moodle_name(row): page for row, page in pages if row.lms == "moodle"},
+        bundle: {name_in(row): page for row, page in pages if row.lms == lms}
+        for lms, (bundle, name_in) in BUNDLES.items()
     }
     written = []
     for bundle, files in entries.items():
@@ -63,3 +63,7 @@ def moodle_name(row: Result) -> str:
     """The page in the student's folder, named as Moodle reads a folder: the id is the participant's."""
     name = re.sub(r"[_/\\]", " ", row.name).strip() or "Participant"
     return f"{MOODLE_FOLDER.format(name=name, student=row.student)}/{row.notebook}-feedback.html"
+
+
+# The LMSs that take feedback back as a bundle (by exports.EXPORTS' key): its name, and each page's in it.
+BUNDLES = {"canvas": (CANVAS_BUNDLE, canvas_name), "moodle": (MOODLE_BUNDLE, moodle_name)}
