@@ -8,3 +8,21 @@ for the first. The hidden verdict of 08.transformer on a wrong model took 3.0 s 
 import torch
 
 torch.set_num_threads(1)
+
+# The files that take longest start first (pytest-xdist's --dist loadfile hands files out in the order
+# collected), so that no worker is left running one of them alone at the end. From a whole run's
+# --junitxml (benchmarks/README.md, "The test suite").
+LONGEST_FIRST = (
+    "test_grading.py",
+    "test_checks.py",
+    "test_release.py",
+    "test_notebooks.py",
+    "test_lms_classes.py",
+    "test_dask.py",
+    "test_transformer.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: at for at, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept

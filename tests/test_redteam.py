@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from nbconvert import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output, new_raw_cell
 from nbgrader.server_extensions.formgrader import handlers as formgrader
 
-from autograder import cgroup
+from autograder import cgroup, sandbox
 from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
@@ -35,7 +36,7 @@ from .helpers.feedback import page_text
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import digests, grade_id, perfect, solution_sources, with_answer
 
-pytestmark = [needs_sandbox, pytest.mark.whole_machine]  # make test runs it alone
+pytestmark = needs_sandbox
 
 ASSIGNMENT = "07_rmsnorm"
 FULL = 6.0
@@ -690,7 +691,7 @@ class Listener:
         self.server.close()
 
 
-def _make_grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
+def _make_grade(submissions: Path, out: Path, scratch: Path) -> subprocess.CompletedProcess:
     flags = "--cell-timeout 10 --notebook-timeout 90 --memory-gib 3"
     return subprocess.run(
         [
@@ -706,16 +707,49 @@ def _make_grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=1500,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
 
 
-def _leftovers() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if MARKER in line or ("ipykernel_launcher" in line and "/course-" in line)]
+@pytest.fixture(scope="module")
+def scratch():
+    """The temporary folder of this file's batches, where their sandboxes are made: what they leave
+    is told from other batches running on the machine by it. Short, for the kernels' Unix sockets."""
+    folder = Path(tempfile.mkdtemp(prefix="redteam-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _leftovers(scratch: Path) -> list[str]:
+    """Processes a submission left (`sleep 613.25`), and kernels of this file's batches still running."""
+    # -ww: whole lines (without a terminal, ps cuts them at 80 characters, before the folder)
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in ps if MARKER in line or (sandbox.LAUNCHER in line and f"{scratch}/" in line)]
+
+
+class BatchRecord:
+    """The process group a running batch records in OUT/work/batch.json (removed when it ends)."""
+
+    def __init__(self, out: Path):
+        self.path, self.seen, self.running = out / "work" / "batch.json", None, True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while self.running and self.seen is None:
+            try:
+                self.seen = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                threading.Event().wait(0.1)
+
+    def close(self) -> dict:
+        self.running = False
+        self.thread.join()
+        return self.seen
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, scratch):
     submissions = tmp_path_factory.mktemp("redteam")
     out = tmp_path_factory.mktemp("redteam-out")
     listener = Listener()
@@ -741,11 +775,12 @@ def graded(tmp_path_factory):
         )
         path.write_bytes(data)
     before = digests(submissions)
-    groups_before = set(_leftover_groups())  # other runs on this machine may have left theirs
+    record = BatchRecord(out)
     try:
-        done = _make_grade(submissions, out)
+        done = _make_grade(submissions, out, scratch)
     finally:
         listener.close()
+        batch = record.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "left by grading workers" not in done.stderr  # each sandbox removed its own group and folder
     with (out / "grades.csv").open() as f:
@@ -758,8 +793,10 @@ def graded(tmp_path_factory):
         "before": before,
         "connections": listener.connections,
         "protected": protected,
-        "leftovers": _leftovers(),
-        "new_groups": set(_leftover_groups()) - groups_before,
+        "leftovers": _leftovers(scratch),
+        "batch": batch,
+        "groups_left": [g for g in _leftover_groups() if batch and g.name == batch["group"]],
+        "scratch": scratch,
         "victim": victim,
     }
 
@@ -869,7 +906,8 @@ def test_the_sandbox_held(graded):
     assert graded["leftovers"] == []
     victim = graded["victim"]
     assert victim.stat().st_mode & 0o777 == 0o550 and (victim / "keep.txt").read_text() == "keep"
-    assert graded["new_groups"] == set()
+    assert graded["batch"] and Path(graded["batch"]["scratch"]).parent == graded["scratch"]
+    assert graded["groups_left"] == []  # the batch's group, with each sandbox's inside it
     special = [p for p in graded["out"].rglob("*") if p.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)]
     assert special == []  # no setuid or setgid file where the kernel could leave one
 
@@ -923,7 +961,7 @@ def test_originals_unchanged_and_rerun_identical(graded):
     out, submissions = graded["out"], graded["submissions"]
     assert digests(submissions) == graded["before"]
     grades = (out / "grades.csv").read_text()
-    assert _make_grade(submissions, out).returncode == 0
+    assert _make_grade(submissions, out, graded["scratch"]).returncode == 0
     assert (out / "grades.csv").read_text() == grades
 
 
@@ -936,7 +974,7 @@ def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
     assert "hidden=True" not in text and "Traceback" not in text
 
 
-def test_a_killed_batch_resumes_without_regrading(tmp_path):
+def test_a_killed_batch_resumes_without_regrading(tmp_path, scratch):
     """Kill `course grade` midway (as a power cut would); the re-run finishes the rest only, and
     removes the process groups and sandboxes' folder the killed run left."""
     submissions, out = tmp_path / "in", tmp_path / "out"
@@ -952,11 +990,13 @@ def test_a_killed_batch_resumes_without_regrading(tmp_path):
         "--jobs",
         "1",
     ]
+    environment = {**os.environ, "TMPDIR": str(scratch)}
     batch = subprocess.Popen(
-        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment
     )
     results = out / "work" / "results"
-    while batch.poll() is None and not list(results.rglob("*.json")):
+    # Killed once a notebook is graded and a kernel of the batch is seen running (started ahead).
+    while batch.poll() is None and not (list(results.rglob("*.json")) and _leftovers(scratch)):
         threading.Event().wait(0.2)
     os.killpg(batch.pid, 9)
     batch.wait()
@@ -964,11 +1004,11 @@ def test_a_killed_batch_resumes_without_regrading(tmp_path):
     assert Path(killed["scratch"]).exists()
     finished = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
     assert 1 <= len(finished) < 3
-    rerun = subprocess.run(command, capture_output=True, text=True)
+    rerun = subprocess.run(command, capture_output=True, text=True, env=environment)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert not Path(killed["scratch"]).exists() and not (out / "work" / "batch.json").exists()
     assert not killed["group"] or not any(g.name == killed["group"] for g in _leftover_groups())
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
     with (out / "grades.csv").open() as f:
         assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 3
-    assert _leftovers() == []
+    assert _leftovers(scratch) == []
