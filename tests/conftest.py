@@ -15,6 +15,7 @@ torch.set_num_threads(1)
 LONGEST_FIRST = (
     "test_grading.py",
     "test_checks.py",
+    "test_redteam.py",
     "test_release.py",
     "test_notebooks.py",
     "test_lms_classes.py",
