@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.paths import REPO
+from grader.record.feedback_return import BUNDLES
 from grader.record.roster import FORMATS
 
 from .helpers.lms_exports import STUDENTS, blackboard_export, canvas_export, gradescope_export, moodle_export
@@ -41,32 +44,72 @@ FILES = {
 }
 DUE = "2026-11-20T22:30:00"  # Blackboard's attempts come at 22:17 and 22:24 (on time), then later
 PENALTY = "10%/day"
-ABSENT = {"canvas": "48299", "moodle": "123499", "blackboard": "mabsent", "gradescope": "1099"}
 
 
-def _roster(lms: str, path: Path) -> Path:
-    """The class list each LMS exports, with one more student who handed in nothing."""
-    people = list(STUDENTS.values())
-    if lms == "canvas":
-        lines = ["\ufeffStudent,ID,SIS User ID,SIS Login ID,Section", "    Points Possible,,,,"]
-        lines += [f'"{s.last}, {s.first}",{s.canvas},s{s.canvas},{s.username},A' for s in people]
-        lines.append(f'"Absent, Al",{ABSENT[lms]},,,A')
-    elif lms == "moodle":
-        lines = ["\ufeffIdentifier,Full name,Email address,Status,Grade,Maximum Grade"]
-        lines += [f'"Participant {s.moodle}",{s.full_name},{s.email},Submitted,,15.00' for s in people]
-        lines.append(f'"Participant {ABSENT[lms]}",Al Absent,al@uni.example,No submission,,15.00')
-    elif lms == "blackboard":
-        lines = ["Last Name,First Name,Username,Student ID,Last Access,Availability"]
-        lines += [f"{s.last},{s.first},{s.username},{s.canvas},,Available" for s in people]
-        lines.append(f"Absent,Al,{ABSENT[lms]},48299,,Available")
-    elif lms == "gradescope":
-        lines = ["First Name,Last Name,SID,Email,Role,Sections"]
-        lines += [f"{s.first},{s.last},{s.sid},{s.email},Student," for s in people]
-        lines.append(f"Al,Absent,{ABSENT[lms]},al@uni.example,Student,")
-    else:
-        raise ValueError(f"no sample roster of {lms}: write one here, as its LMS exports it")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+@dataclass(frozen=True)
+class Sample:
+    """What this file needs of an LMS: its export of the class, its roster's lines as it exports
+    them (for the students, then one who handed in nothing, `absent`), and a student's id there."""
+
+    export: Callable[[Path], object]
+    roster: Callable[[list], list[str]]
+    id_of: Callable[[object], str]
+    absent: str
+    wrapper: str = ""  # the folder the download wraps its files in
+
+
+SAMPLES = {
+    "canvas": Sample(
+        lambda folder: canvas_export(folder, FILES),
+        lambda people: [
+            "\ufeffStudent,ID,SIS User ID,SIS Login ID,Section",
+            "    Points Possible,,,,",
+            *[f'"{s.last}, {s.first}",{s.canvas},s{s.canvas},{s.username},A' for s in people],
+            '"Absent, Al",48299,,,A',
+        ],
+        lambda student: str(student.canvas),
+        "48299",
+    ),
+    "moodle": Sample(
+        lambda folder: moodle_export(folder, FILES),
+        lambda people: [
+            "\ufeffIdentifier,Full name,Email address,Status,Grade,Maximum Grade",
+            *[f'"Participant {s.moodle}",{s.full_name},{s.email},Submitted,,15.00' for s in people],
+            '"Participant 123499",Al Absent,al@uni.example,No submission,,15.00',
+        ],
+        lambda student: str(student.moodle),
+        "123499",
+    ),
+    "blackboard": Sample(
+        lambda folder: blackboard_export(folder, FILES),
+        lambda people: [
+            "Last Name,First Name,Username,Student ID,Last Access,Availability",
+            *[f"{s.last},{s.first},{s.username},{s.canvas},,Available" for s in people],
+            "Absent,Al,mabsent,48299,,Available",
+        ],
+        lambda student: student.username,
+        "mabsent",
+    ),
+    "gradescope": Sample(  # jose hands in with li as a group, and is graded on li's 04_rope
+        lambda folder: gradescope_export(
+            folder, {k: v for k, v in FILES.items() if k[0] != "jose"}, groups=(("li", "jose"),)
+        ),
+        lambda people: [
+            "First Name,Last Name,SID,Email,Role,Sections",
+            *[f"{s.first},{s.last},{s.sid},{s.email},Student," for s in people],
+            "Al,Absent,1099,al@uni.example,Student,",
+        ],
+        lambda student: student.sid or student.email,
+        "1099",
+        wrapper="assignment_123_export",
+    ),
+}
+
+
+def _sample(lms: str) -> Sample:
+    if lms not in SAMPLES:
+        raise LookupError(f"no sample of {lms}: add its export and roster to SAMPLES, as the LMS writes them")
+    return SAMPLES[lms]
 
 
 def _make_grade(source: Path, out: Path, *flags: str) -> None:
@@ -86,32 +129,18 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _export(lms: str, folder: Path):
-    if lms == "canvas":
-        return canvas_export(folder, FILES)
-    if lms == "moodle":
-        return moodle_export(folder, FILES)
-    if lms == "blackboard":
-        return blackboard_export(folder, FILES)
-    if lms == "gradescope":  # jose hands in with li as a group, and is graded on li's 04_rope
-        return gradescope_export(
-            folder, {k: v for k, v in FILES.items() if k[0] != "jose"}, groups=(("li", "jose"),)
-        )
-    raise ValueError(f"no sample export of {lms}: build one with tests/helpers/lms_exports.py")
-
-
 # Every LMS the roster reads (a new one fails here until it has its samples), the plain format aside.
 @pytest.fixture(scope="module", params=[lms for lms in FORMATS if lms])
 def graded_export(request, tmp_path_factory):
     lms = request.param
     base = tmp_path_factory.mktemp(lms)
-    export = _export(lms, base / "export")
+    sample = _sample(lms)
+    export = sample.export(base / "export")
     downloads = base / "HW4 Warm-up (final)"
     downloads.mkdir()
-    archive = export.zip(
-        downloads / "submissions (1).zip", "assignment_123_export" if lms == "gradescope" else ""
-    )
-    roster = _roster(lms, base / "roster.csv")
+    archive = export.zip(downloads / "submissions (1).zip", sample.wrapper)
+    roster = base / "roster.csv"
+    roster.write_text("\n".join(sample.roster(list(STUDENTS.values()))) + "\n", encoding="utf-8")
     out = base / "out"
     _make_grade(archive, out, "--roster", str(roster), "--due", DUE, "--late-penalty", PENALTY)
     return lms, export, out, archive
@@ -152,17 +181,8 @@ def test_every_row_of_every_export(graded_export):
         assert row["name"], row  # from the roster
         assert f"{key[1][:2]}." in " ".join(k for k in row if row[k]), row  # per-question columns
     missing = {key for key, r in rows.items() if r["status"] == "missing"}
-    roster_ids = {_id(lms, s) for s in STUDENTS.values()} | {ABSENT[lms]}
+    roster_ids = {_sample(lms).id_of(s) for s in STUDENTS.values()} | {_sample(lms).absent}
     assert missing == {(s, nb) for s in roster_ids for nb in NOTEBOOKS} - set(export.graded), lms
-
-
-def _id(lms: str, student) -> str:
-    return {
-        "canvas": str(student.canvas),
-        "moodle": str(student.moodle),
-        "blackboard": student.username,
-        "gradescope": student.sid or student.email,
-    }[lms]
 
 
 @needs_sandbox
@@ -187,11 +207,11 @@ def test_the_lms_upload_holds_each_students_total(graded_export):
         expected[student] = expected.get(student, 0.0) + float(row["final_score"])
     for student, total in expected.items():
         assert float(totals[student]["score"]) == pytest.approx(total), totals[student]
-    assert totals[ABSENT[lms]]["status"] == "missing" and totals[ABSENT[lms]]["score"] == ""
-    upload = out / "upload" / f"{lms}.csv"
-    if lms == "gradescope":  # no grade import: totals.csv is what there is
+    assert totals[_sample(lms).absent]["status"] == "missing" and totals[_sample(lms).absent]["score"] == ""
+    if not FORMATS[lms].upload:  # no grade import (Gradescope): totals.csv is what there is
         assert not (out / "upload").exists() or not any((out / "upload").iterdir())
         return
+    upload = out / "upload" / FORMATS[lms].upload
     text = upload.read_text(encoding="utf-8-sig")
     for student, total in expected.items():
         line = next(line for line in text.splitlines() if student in line)
@@ -286,10 +306,10 @@ def test_feedback_returns_through_the_lms_under_the_names_it_reads(graded_export
     lms, export, out, _ = graded_export
     rows = {(r["student"], r["notebook"]): r for r in _csv(out / "grades.csv") if r["status"] == "graded"}
     bundles = {p.name for p in (out / "upload").glob("*-feedback.zip")}
-    assert bundles == ({f"{lms}-feedback.zip"} if lms in ("canvas", "moodle") else set()), bundles
+    assert bundles == ({BUNDLES[lms][0]} if lms in BUNDLES else set()), bundles
     if not bundles:
         return
-    with zipfile.ZipFile(out / "upload" / f"{lms}-feedback.zip") as archive:
+    with zipfile.ZipFile(out / "upload" / BUNDLES[lms][0]) as archive:
         entries = {name: archive.read(name) for name in archive.namelist()}
     downloaded = {Path(path).name for path, outcome in export.outcomes.items() if outcome == "graded"}
     graded_as = {

@@ -67,7 +67,7 @@ class Identified:
     """What a file's path says about it."""
 
     kind: str  # "notebook", "receipt" (Blackboard), "metadata" (Gradescope), "other" (no notebook), "refused"
-    lms: str = ""  # "canvas" | "moodle" | "blackboard" | "gradescope" | "" (plain)
+    lms: str = ""  # the key of its row of EXPORTS, "" for the plain layouts
     student: str = ""  # the id the path gives ("" for Gradescope, whose metadata names the students)
     name: str = ""  # the student's name where the path gives one
     file: str = ""  # the file's name as the student saved it: what tells its notebook

@@ -47,7 +47,7 @@ class Submission:
     late: bool = False  # the export marks it late (Canvas _LATE_)
     submitted_at: str = ""  # when the export says it was submitted, ISO 8601, "" if it does not say
     origin: str = ""  # the file's path in the source as given (folder or zip), for the logs
-    lms: str = ""  # "canvas" | "moodle" | "blackboard" | "gradescope" | "" (plain layouts)
+    lms: str = ""  # the key of its export's row of exports.EXPORTS, "" for the plain layouts
     note: str = ""  # what the intake recognised, one or more lines for the notebook's log
 
 

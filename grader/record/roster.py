@@ -40,7 +40,7 @@ class Student:
 @dataclass(frozen=True)
 class Roster:
     students: dict[str, Student]  # by id, in the file's order
-    lms: str  # "canvas" | "moodle" | "blackboard" | "gradescope" | "" (a plain id,name file)
+    lms: str  # a key of FORMATS: an LMS's (exports.EXPORTS), or "" (a plain id,name file)
     path: Path
     notes: tuple[str, ...] = ()  # rows skipped on purpose (Canvas's test student, Gradescope's staff)
 
