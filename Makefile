@@ -27,8 +27,8 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# Two files at a time, then the few that read every process of the machine or size their load to its
-# cores (marked whole_machine) alone (benchmarks/README.md, "The test suite").
+# Two files at a time, then the ones that grade batches or read the whole machine (marked
+# whole_machine) one at a time (benchmarks/README.md, "The test suite").
 test: lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n 2 --dist loadfile -m "not whole_machine"
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -m whole_machine

@@ -7,6 +7,7 @@ import zipfile
 from dataclasses import replace
 
 import nbformat
+import pytest
 
 from autograder.cells import grade_id
 from autograder.checks import CHECKS
@@ -17,6 +18,8 @@ from grader.record.class_list import _total
 
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, release, solution_sources, with_answer
+
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
 
 
 def test_list_names_every_check(capsys):

@@ -34,6 +34,8 @@ from grader.notebook.autograde import Limits
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import mistake, mutant, perfect, release
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 SEED = 20261126  # both output folders draw the same cases
 
 

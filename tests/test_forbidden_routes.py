@@ -25,6 +25,8 @@ from .helpers.machine import needs_sandbox
 from .helpers.submissions import parts, perfect, score_when_graded, solution_sources, verdict, with_answer
 from .test_guards import gelu_erf, gelu_erf_derivative
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 HIDDEN_SEED = 7
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])
 WRITE_IT_YOURSELF = "what this question asks you to write yourself"

@@ -47,6 +47,8 @@ from .helpers.submissions import (
 )
 from .helpers.submissions import mutant as mutant_notebook
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 # Room for a perfect 08, whose training cell took 15.4 s with the machine at load 7-9; the slow
 # notebooks below are made to pass these limits.
 CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 20, 60

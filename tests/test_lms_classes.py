@@ -30,6 +30,8 @@ from .helpers.lms_exports import STUDENTS, blackboard_export, canvas_export, gra
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, release
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 NOTEBOOKS = ("04_rope", "07_rmsnorm")
 FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}
 PERFECT = {nb: nbformat.writes(perfect(nb)).encode() for nb in NOTEBOOKS}

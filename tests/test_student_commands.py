@@ -15,6 +15,8 @@ from autograder.student import main
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import release
 
+pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+
 # A window title (OSC 0), a clipboard write (OSC 52), clear screen (CSI 2J, then its C1 form) and a
 # right-to-left override
 EVIL = "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J\u202e"
