@@ -51,10 +51,10 @@ PENALTY = "10%/day"
 @dataclass(frozen=True)
 class Sample:
     """What this file needs of an LMS: its export of the class, its roster's lines as it exports
-    them (for the students, then one who handed in nothing, `absent`), and a student's id there."""
+    them (for the students, then one who handed in nothing, of id `absent`), and a student's id there."""
 
     export: Callable[[Path], object]
-    roster: Callable[[list], list[str]]
+    roster: Callable[[list, str], list[str]]  # (students, absent)
     id_of: Callable[[object], str]
     absent: str
     wrapper: str = ""  # the folder the download wraps its files in
@@ -63,31 +63,31 @@ class Sample:
 SAMPLES = {
     "canvas": Sample(
         lambda folder: canvas_export(folder, FILES),
-        lambda people: [
+        lambda people, absent: [
             "\ufeffStudent,ID,SIS User ID,SIS Login ID,Section",
             "    Points Possible,,,,",
             *[f'"{s.last}, {s.first}",{s.canvas},s{s.canvas},{s.username},A' for s in people],
-            '"Absent, Al",48299,,,A',
+            f'"Absent, Al",{absent},,,A',
         ],
         lambda student: str(student.canvas),
         "48299",
     ),
     "moodle": Sample(
         lambda folder: moodle_export(folder, FILES),
-        lambda people: [
+        lambda people, absent: [
             "\ufeffIdentifier,Full name,Email address,Status,Grade,Maximum Grade",
             *[f'"Participant {s.moodle}",{s.full_name},{s.email},Submitted,,15.00' for s in people],
-            '"Participant 123499",Al Absent,al@uni.example,No submission,,15.00',
+            f'"Participant {absent}",Al Absent,al@uni.example,No submission,,15.00',
         ],
         lambda student: str(student.moodle),
         "123499",
     ),
     "blackboard": Sample(
         lambda folder: blackboard_export(folder, FILES),
-        lambda people: [
+        lambda people, absent: [
             "Last Name,First Name,Username,Student ID,Last Access,Availability",
             *[f"{s.last},{s.first},{s.username},{s.canvas},,Available" for s in people],
-            "Absent,Al,mabsent,48299,,Available",
+            f"Absent,Al,{absent},48299,,Available",
         ],
         lambda student: student.username,
         "mabsent",
@@ -96,10 +96,10 @@ SAMPLES = {
         lambda folder: gradescope_export(
             folder, {k: v for k, v in FILES.items() if k[0] != "jose"}, groups=(("li", "jose"),)
         ),
-        lambda people: [
+        lambda people, absent: [
             "First Name,Last Name,SID,Email,Role,Sections",
             *[f"{s.first},{s.last},{s.sid},{s.email},Student," for s in people],
-            "Al,Absent,1099,al@uni.example,Student,",
+            f"Al,Absent,{absent},al@uni.example,Student,",
         ],
         lambda student: student.sid or student.email,
         "1099",
@@ -142,7 +142,9 @@ def graded_export(request, tmp_path_factory):
     downloads.mkdir()
     archive = export.zip(downloads / "submissions (1).zip", sample.wrapper)
     roster = base / "roster.csv"
-    roster.write_text("\n".join(sample.roster(list(STUDENTS.values()))) + "\n", encoding="utf-8")
+    roster.write_text(
+        "\n".join(sample.roster(list(STUDENTS.values()), sample.absent)) + "\n", encoding="utf-8"
+    )
     out = base / "out"
     _make_grade(archive, out, "--roster", str(roster), "--due", DUE, "--late-penalty", PENALTY)
     return lms, export, out, archive

@@ -729,27 +729,6 @@ def _leftovers(scratch: Path) -> list[str]:
     return [line for line in ps if MARKER in line or (sandbox.LAUNCHER in line and f"{scratch}/" in line)]
 
 
-class BatchRecord:
-    """The process group a running batch records in OUT/work/batch.json (removed when it ends)."""
-
-    def __init__(self, out: Path):
-        self.path, self.seen, self.running = out / "work" / "batch.json", None, True
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-
-    def _watch(self):
-        while self.running and self.seen is None:
-            try:
-                self.seen = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                threading.Event().wait(0.1)
-
-    def close(self) -> dict:
-        self.running = False
-        self.thread.join()
-        return self.seen
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, scratch):
     submissions = tmp_path_factory.mktemp("redteam")
@@ -777,12 +756,11 @@ def graded(tmp_path_factory, scratch):
         )
         path.write_bytes(data)
     before = digests(submissions)
-    record = BatchRecord(out)
+    groups_before = set(_leftover_groups())  # other runs on this machine may have left theirs
     try:
         done = _make_grade(submissions, out, scratch)
     finally:
         listener.close()
-        batch = record.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "left by grading workers" not in done.stderr  # each sandbox removed its own group and folder
     with (out / "grades.csv").open() as f:
@@ -796,8 +774,7 @@ def graded(tmp_path_factory, scratch):
         "connections": listener.connections,
         "protected": protected,
         "leftovers": _leftovers(scratch),
-        "batch": batch,
-        "groups_left": [g for g in _leftover_groups() if batch and g.name == batch["group"]],
+        "new_groups": set(_leftover_groups()) - groups_before,
         "scratch": scratch,
         "victim": victim,
     }
@@ -908,8 +885,7 @@ def test_the_sandbox_held(graded):
     assert graded["leftovers"] == []
     victim = graded["victim"]
     assert victim.stat().st_mode & 0o777 == 0o550 and (victim / "keep.txt").read_text() == "keep"
-    assert graded["batch"] and Path(graded["batch"]["scratch"]).parent == graded["scratch"]
-    assert graded["groups_left"] == []  # the batch's group, with each sandbox's inside it
+    assert graded["new_groups"] == set()
     special = [p for p in graded["out"].rglob("*") if p.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)]
     assert special == []  # no setuid or setgid file where the kernel could leave one
 
