@@ -27,10 +27,12 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# Two files at a time, then the ones that grade batches or read the whole machine (marked
-# whole_machine) one at a time (benchmarks/README.md, "The test suite").
+# Two files at a time; then the files that grade batches (marked batches), two at a time; then the
+# ones that read the whole machine (marked whole_machine), one at a time (benchmarks/README.md,
+# "The test suite").
 test: lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n 2 --dist loadfile -m "not whole_machine"
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n 2 --dist loadfile -m "not batches and not whole_machine"
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n 2 --dist loadfile -m batches
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -m whole_machine
 
 build: $(STAMP)

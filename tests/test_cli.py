@@ -19,7 +19,7 @@ from grader.record.class_list import _total
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, release, solution_sources, with_answer
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 
 def test_list_names_every_check(capsys):

@@ -34,7 +34,7 @@ from grader.notebook.autograde import Limits
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import mistake, mutant, perfect, release
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 SEED = 20261126  # both output folders draw the same cases
 

@@ -25,7 +25,7 @@ from .helpers.machine import needs_sandbox
 from .helpers.submissions import parts, perfect, score_when_graded, solution_sources, verdict, with_answer
 from .test_guards import gelu_erf, gelu_erf_derivative
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 HIDDEN_SEED = 7
 VISIBLE_AND_HIDDEN = pytest.mark.parametrize("seed", [None, HIDDEN_SEED], ids=["visible", "hidden"])

@@ -10,12 +10,10 @@ must get exactly the score worked out here.
 import csv
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -25,8 +23,6 @@ import pytest
 from nbformat.v4 import new_code_cell
 from nbgrader.api import Gradebook
 
-import grader.dispatch.dispatch as dispatch
-import grader.grading as grading
 from autograder.checks import CHECKS
 from autograder.core import Mistake, Verdict
 from autograder.paths import assignments
@@ -47,7 +43,7 @@ from .helpers.submissions import (
 )
 from .helpers.submissions import mutant as mutant_notebook
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 # Room for a perfect 08, whose training cell took 15.4 s with the machine at load 7-9; the slow
 # notebooks below are made to pass these limits.
@@ -502,70 +498,3 @@ def test_hand_grades_come_back_when_the_course_is_lost(graded):
     shutil.rmtree(out / "course")
     assert main(["grade", str(submissions), "--out", str(out), "--jobs", "2"]) == 0
     assert _by_hand(out, marks) == {key: (0.5, "seen: rotation_matrix") for key in marks}
-
-
-REAL_GRADE_HERE = dispatch.grade_here
-
-
-def _untouched_class(folder: Path, *students: str) -> None:
-    """Each student hands in the untouched release of notebook 07."""
-    for student in students:
-        (folder / student).mkdir(parents=True)
-        nbformat.write(release("07_rmsnorm"), folder / student / "07_rmsnorm.ipynb")
-
-
-def _dies_on_crasher(task):
-    """The worker's task, except that it kills its worker process for the student named crasher."""
-    if task.student == "crasher":
-        os._exit(1)
-    return REAL_GRADE_HERE(task)
-
-
-@needs_sandbox
-def test_a_worker_that_dies_costs_only_its_own_notebook_and_no_grade(tmp_path, monkeypatch):
-    """The grader's own failure is graded again by the next run, and never replaces a grade."""
-    _untouched_class(tmp_path / "in", "crasher", "steady")
-    out = tmp_path / "out"
-    monkeypatch.setattr(dispatch, "grade_here", _dies_on_crasher)
-    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2)}
-    assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
-    assert (results["crasher"].status, results["crasher"].reason) == (
-        "failed",
-        "the grader's worker died on this notebook (out of memory?)",
-    )
-    monkeypatch.setattr(dispatch, "grade_here", REAL_GRADE_HERE)
-    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2)}
-    assert results["crasher"].status == "graded"  # retried; steady's unchanged file was not
-    monkeypatch.setattr(dispatch, "grade_here", _dies_on_crasher)
-    results = {r.student: r for r in grading.grade(tmp_path / "in", out, jobs=2, again=True)}
-    assert (results["crasher"].status, results["crasher"].score) == ("graded", 0.0)
-    log = (out / "logs" / "crasher" / "07_rmsnorm.log").read_text()
-    assert "gave nothing back (the grader's worker died" in log and "the outcome above stands" in log
-
-
-def _hangs_on_hanger(task):
-    """The worker's task, except that it never finishes for the student named hanger."""
-    if task.student == "hanger":
-        time.sleep(3600)
-    return REAL_GRADE_HERE(task)
-
-
-@needs_sandbox
-def test_a_worker_that_hangs_is_killed_and_costs_only_its_own_notebook(tmp_path, monkeypatch):
-    _untouched_class(tmp_path / "in", "hanger", "steady")
-    monkeypatch.setattr(dispatch, "grade_here", _hangs_on_hanger)
-    monkeypatch.setattr(dispatch, "WORKER_GRACE_S", 5)
-    limits = grading.Limits(notebook_timeout=20)
-    results = {r.student: r for r in grading.grade(tmp_path / "in", tmp_path / "out", jobs=2, limits=limits)}
-    assert (results["steady"].status, results["steady"].score) == ("graded", 0.0)
-    assert (results["hanger"].status, results["hanger"].reason) == (
-        "failed",
-        "grading this notebook did not finish within 25 s",
-    )
-
-
-def test_grading_refuses_without_a_sandbox(tmp_path, monkeypatch):
-    monkeypatch.setattr(grading, "unavailable_reason", lambda: "bubblewrap (`bwrap`) is not installed")
-    nbformat.write(release("07_rmsnorm"), (tmp_path / "ann_07_rmsnorm.ipynb"))
-    with pytest.raises(SystemExit, match="--no-sandbox"):
-        grading.grade(tmp_path, tmp_path / "out")

@@ -30,7 +30,7 @@ from .helpers.lms_exports import STUDENTS, blackboard_export, canvas_export, gra
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import perfect, release
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 NOTEBOOKS = ("04_rope", "07_rmsnorm")
 FULL = {"04_rope": 9.0, "07_rmsnorm": 6.0}

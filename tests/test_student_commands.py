@@ -15,7 +15,7 @@ from autograder.student import main
 from .helpers.machine import needs_sandbox
 from .helpers.submissions import release
 
-pytestmark = pytest.mark.whole_machine  # make test runs it alone, after the others
+pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
 # A window title (OSC 0), a clipboard write (OSC 52), clear screen (CSI 2J, then its C1 form) and a
 # right-to-left override

@@ -72,9 +72,9 @@ def worker_bytes(limits: Limits) -> int:
 _WORKER: Worker | None = None  # in each worker process of the local pool
 
 
-def grade_here(task: NotebookTask) -> Graded:
+def grade_here(task: NotebookTask, start_next: bool) -> Graded:
     """The local pool's task, in a worker process."""
-    return _WORKER.grade(task)
+    return _WORKER.grade(task, start_next=start_next)
 
 
 def _start_worker(template: Path, batch: Batch, threads: int, memory_limit: int) -> None:
@@ -122,7 +122,9 @@ class LocalPool:
         worker fails."""
         crashed = []
         with self._pool(self.jobs) as pool:
-            futures = [(pool.submit(grade_here, task), task) for task in tasks]
+            # The last `jobs` notebooks start no kernel for a next one: their workers may get none.
+            last = len(tasks) - self.jobs
+            futures = [(pool.submit(grade_here, task, n < last), task) for n, task in enumerate(tasks)]
             for future, task in futures:
                 try:
                     yield task, self._result_within(future, pool)
@@ -133,7 +135,7 @@ class LocalPool:
         for task in crashed:
             with self._pool(1) as pool:
                 try:
-                    yield task, self._result_within(pool.submit(grade_here, task), pool)
+                    yield task, self._result_within(pool.submit(grade_here, task, False), pool)
                 except BrokenProcessPool as error:
                     yield task, failure(task, str(error) if isinstance(error, WorkerHung) else WORKER_DIED)
 

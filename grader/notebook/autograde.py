@@ -323,8 +323,10 @@ class Worker:
     # The fingerprint of the solutions this worker judges with (its own copy of the course's)
     solutions: str = field(default_factory=solutions_fingerprint)
 
-    def grade(self, task: NotebookTask) -> Graded:
-        """Autograde one notebook; never raises for a bad submission (the result says `failed`)."""
+    def grade(self, task: NotebookTask, *, start_next: bool = True) -> Graded:
+        """Autograde one notebook; never raises for a bad submission (the result says `failed`).
+        `start_next`: start the next notebook's kernel beside this one (kernels.py); not worth it
+        where this worker may get no other notebook."""
         if task.solutions != self.solutions:
             raise UnfitWorker(
                 f"the solutions/ of the grading worker in {self.scratch} differ from those of the batch: "
@@ -333,14 +335,14 @@ class Worker:
             )
         run = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
         try:
-            return escaped(self._autograde(task, run))
+            return escaped(self._autograde(task, run, start_next))
         except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
             reason = f"the grader could not process this notebook ({type(error).__name__})"
             return escaped(Graded(failed(task.student, task.notebook, reason), traceback.format_exc()))
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
-    def _autograde(self, task: NotebookTask, run: Path) -> Graded:
+    def _autograde(self, task: NotebookTask, run: Path, start_next: bool) -> Graded:
         student, assignment = task.student, task.notebook
         try:
             notebook, notes = read_notebook(task.read())
@@ -360,7 +362,7 @@ class Worker:
             scratch=str(self.scratch),
             group=self.group,
             threads=self.threads,
-            kernels_ahead=task.limits.sandboxed,  # unsandboxed, a kernel could reach the next one
+            kernels_ahead=start_next and task.limits.sandboxed,  # unsandboxed, one could reach the next
         )
         nbgrader = NbGraderAPI(config=config)
         with quiet_gradebook():

@@ -98,7 +98,7 @@ class JudgedExecute(Execute):
     store_widget_state = Bool(False)  # widget state from the kernel is unbounded, and not graded
 
     def create_kernel_manager(self):
-        manager = AHEAD.take(self._kernel_settings()) if self.kernels_ahead else None
+        manager = AHEAD.take(self._kernel_settings())  # None unless the notebook before started one
         if manager is None:
             manager = self._new_kernel_manager()
             self.log.info("[course] kernel: started now")
