@@ -19,7 +19,7 @@ POINTS_START = "<!-- points table: written by `course build`, do not edit -->"
 POINTS_END = "<!-- end of points table -->"
 
 # A reference in prose: a file of the course, then the section it names, quoted
-# ('docs/instructors.md, "Hand grading"', 'README, "Two commands" and "Notebooks"', 'README ("Two commands")'),
+# ('docs/instructors.md, "Hand grading"', 'README, "Two commands" and "Notebooks"', 'README ("Notebooks")'),
 # or, in older strings, bare up to a closing bracket or a semicolon ('README, Instructors)').
 DOCUMENT = r"(?<![\w/.-])(?P<file>benchmarks/README\.md|docs/[\w-]+\.md|README(?:\.md)?|CHANGELOG\.md)"
 QUOTED = r"""["'][^"'()]+["']"""
