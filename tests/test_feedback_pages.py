@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbconvert import HTMLExporter
 from nbgrader.api import Gradebook
 from traitlets.config import Config
 
@@ -90,6 +91,24 @@ def test_the_page_is_one_file_with_its_maths_written_in(pages, which):
     assert not loaded  # nothing beside it to keep, nothing online
     assert html.count("<math ") > 10 and 'display="block"' in html
     assert r"\sqrt" not in html and r"\frac" not in html  # no formula left as LaTeX
+
+
+def test_templates_compiled_once_per_process_make_the_same_page(pages, monkeypatch):
+    """nbgrader makes an exporter per page; the course's keeps its compiled templates for the next
+    (nbconvert's own template here: the course's needs what nbgrader's preprocessors add)."""
+    course = pages["course"].parents[3]
+    autograded = nbformat.read(course / "autograded" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", 4)
+    monkeypatch.setattr(feedback.COMPILED, "_compiled", {})
+    compiled = []
+    dump = feedback.COMPILED.dump_bytecode
+    monkeypatch.setattr(
+        feedback.COMPILED, "dump_bytecode", lambda bucket: (compiled.append(bucket.key), dump(bucket))
+    )
+    first = feedback.FeedbackExporter().from_notebook_node(autograded)[0]
+    assert compiled and first == HTMLExporter().from_notebook_node(autograded)[0]
+    once = len(compiled)
+    assert feedback.FeedbackExporter().from_notebook_node(autograded)[0] == first
+    assert len(compiled) == once  # the second page's templates were read, not compiled again
 
 
 def test_a_formula_keeps_only_mathml_and_what_cannot_be_written_stays_text():

@@ -221,7 +221,10 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
         score = sum(v.points for v in _all_verdicts(mutant).values())
         add(mutant.student, mutant.assignment, mutant.notebook(), score)
     add("broken-json", "04_rope", '{"cells": [', None, "failed", "not a readable notebook")
-    looping = with_answer(perfect("04_rope"), "half_split_permutation", "while True:\n    pass\n")
+    # Never returns, holding no core (the red team's loop spins): the batch's other notebooks run on.
+    looping = with_answer(
+        perfect("04_rope"), "half_split_permutation", "import time\nwhile True:\n    time.sleep(1)\n"
+    )
     add("infinite-loop", "04_rope", looping, 6.0)
     deleted = perfect("04_rope")
     deleted.cells = [c for c in deleted.cells if grade_id(c) != "rope_forward_test"]

@@ -1,6 +1,7 @@
 """The sandbox's bounds, one by one: where a kernel can write, how many processes and how much
 memory it can hold, and what of its outputs may reach an instructor's page."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output, new_raw_cell
 
 from autograder import cgroup
-from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root
+from autograder.sandbox import LAYOUT, SHM_BYTES, TMP_BYTES, bwrap_command, prepare_root, write_font_list
 from grader.notebook.clean import CleanMetadata, FenceStudentMarkdown, clean_cell, clean_output
 
 from .helpers.machine import needs_sandbox
@@ -32,13 +33,54 @@ def test_every_place_a_kernel_can_write_is_bounded(tmp_path):
         "for mount in $(awk '$4 ~ /^rw/ {print $2}' /proc/mounts); do "
         "touch $mount/.probe 2>/dev/null && echo $mount $(df -B1 --output=size $mount | tail -1); done"
     )
-    done = subprocess.run([*bwrap_command(root, 1), "/bin/sh", "-c", probe], capture_output=True, text=True)
+    font_list = write_font_list(tmp_path)  # read-only where it lands, in the private /tmp
+    done = subprocess.run(
+        [*bwrap_command(root, 1, font_list), "/bin/sh", "-c", probe], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     writable = dict(line.split() for line in done.stdout.splitlines())
     grader_reads = {str(root.resolve() / sub) for sub, access in LAYOUT.items() if access == "writable"}
     assert set(writable) == {"/tmp", "/dev/shm", str(root.resolve() / "home"), *grader_reads}
     assert int(writable["/dev/shm"]) <= SHM_BYTES
     assert int(writable["/tmp"]) <= TMP_BYTES and int(writable[str(root.resolve() / "home")]) <= TMP_BYTES
+
+
+DRAWS_TEXT = """
+import logging
+logging.basicConfig(level=logging.INFO)  # matplotlib says "generated new fontManager" when it lists the fonts
+import matplotlib
+matplotlib.use("agg")
+import matplotlib.pyplot as plt
+plt.title("text needs a font")
+plt.savefig("/tmp/figure.png")
+"""
+
+
+@needs_sandbox
+def test_a_kernel_reads_the_workers_font_list_instead_of_listing_the_fonts(tmp_path, monkeypatch):
+    """A kernel's matplotlib starts from the font list its worker wrote (0.17 s less of each start),
+    which holds only fonts the sandbox can see: where one of its fonts is missing, matplotlib lists
+    them all again."""
+    root, scratch = tmp_path / "root", tmp_path / "scratch"
+    prepare_root(root)
+    scratch.mkdir()
+    font_list = write_font_list(scratch)
+    assert font_list is not None and write_font_list(scratch) == font_list  # once per folder
+    for given, lists_again in ((font_list, False), (None, True)):
+        done = subprocess.run(
+            [*bwrap_command(root, 1, given), sys.executable, "-c", DRAWS_TEXT], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert ("generated new fontManager" in done.stderr) == lists_again, done.stderr
+
+    from matplotlib import font_manager
+
+    unseen = font_manager.FontEntry(fname=str(tmp_path / "private.ttf"), name="Private")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, unseen])
+    other = tmp_path / "other"
+    other.mkdir()
+    listed = json.loads(write_font_list(other).read_text())["ttflist"]
+    assert listed and "Private" not in {font["name"] for font in listed}
 
 
 @needs_groups

@@ -32,6 +32,7 @@ from nbgrader.apps import NbGraderAPI
 
 from autograder.paths import SOLUTIONS
 from autograder.printable import shown, shown_json, shown_lines, shown_text
+from autograder.sandbox import write_font_list
 from grader import build
 from grader.build import generate_all, nbgrader_config
 from grader.grades import Result, failed
@@ -196,7 +197,8 @@ def unpack_template(packed: bytes, folder: Path) -> Path:
 def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worker):
     """nbgrader's settings for grading a submission in the course `run` (and writing its feedback
     page). `worker` (this machine's side of a batch): `scratch` (where sandboxes are made), `group`
-    (the batch's cgroup), `threads` (math threads per kernel), `kernels_ahead`."""
+    (the batch's cgroup), `threads` (math threads per kernel), `kernels_ahead`, `font_list`
+    (sandbox.write_font_list)."""
     threads = worker.get("threads", 1)
     return nbgrader_config(
         run,
@@ -243,6 +245,7 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
             "threads": threads,
             "processes": limits.processes,
             "batch_group": worker.get("group", ""),
+            "font_list": worker.get("font_list", ""),
         },
         Canonicalize={
             "release_directory": str(template / "release"),
@@ -262,6 +265,7 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
                 "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
             ],
             # The course's page (summary, wrapped verdicts, maths as MathML: feedback.py).
+            "exporter_class": "grader.record.feedback.FeedbackExporter",
             "HTMLExporter": exporter_config(),
         },
     )
@@ -363,6 +367,7 @@ class Worker:
             group=self.group,
             threads=self.threads,
             kernels_ahead=start_next and task.limits.sandboxed,  # unsandboxed, one could reach the next
+            font_list=str(write_font_list(self.scratch) or "") if task.limits.sandboxed else "",
         )
         nbgrader = NbGraderAPI(config=config)
         with quiet_gradebook():

@@ -25,9 +25,11 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import jinja2
 import nbgrader
 from jinja2 import pass_context
 from latex2mathml.converter import convert as latex_to_mathml
+from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
@@ -59,6 +61,35 @@ def exporter_config() -> Config:
         extra_template_basedirs=[str(TEMPLATES), str(NBGRADER_TEMPLATES)],
         filters={"markdown2html": "grader.record.feedback.markdown_with_mathml"},
     )
+
+
+class CompiledTemplates(jinja2.BytecodeCache):
+    """The templates of this process's feedback pages, compiled once: nbgrader makes an exporter,
+    and with it a Jinja environment, for every page. Jinja checks each template's source against
+    the one it compiled, so an edited template is compiled again."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        if (compiled := self._compiled.get(bucket.key)) is not None:
+            bucket.bytecode_from_string(compiled)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self._compiled[bucket.key] = bucket.bytecode_to_string()
+
+
+COMPILED = CompiledTemplates()
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbconvert's HTML exporter, its templates compiled once per process (0.13 s of the 0.7 s of
+    CPU a page costs)."""
+
+    def _create_environment(self) -> jinja2.Environment:
+        environment = super()._create_environment()
+        environment.bytecode_cache = COMPILED
+        return environment
 
 
 # ------------------------------------------------------------------------------ maths as MathML
