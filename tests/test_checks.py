@@ -114,10 +114,11 @@ ALTERNATIVE_ANSWERS = [
 ]
 
 
-@VISIBLE_AND_HIDDEN
 @pytest.mark.parametrize(("name", "answer"), ALTERNATIVE_ANSWERS)
-def test_correct_alternative_passes(name, answer, seed):
-    result = verdict(name, answer, seed)
+def test_correct_alternative_passes(name, answer):
+    """On the visible cases. The hidden ones: test_correct_answers_never_fail_by_chance, which judges
+    every answer on the hardest seeds pinned and on fresh ones."""
+    result = verdict(name, answer)
     assert result.passed, result.message
 
 

@@ -35,7 +35,7 @@ from distributed.scheduler import KilledWorker
 from autograder import cgroup
 from autograder.exchange import remove_tree
 from autograder.sandbox import unavailable_reason
-from grader.dispatch.dispatch import WORKER_DIED, Batch, failure, patience, worker_bytes
+from grader.dispatch.dispatch import WORKER_DIED, Batch, failure, patience, starts_next, worker_bytes
 from grader.notebook.autograde import (
     Graded,
     Limits,
@@ -84,9 +84,10 @@ class CourseWorker(WorkerPlugin):
             remove_tree(self.worker.scratch)
 
 
-def grade_on_worker(task: NotebookTask) -> Graded:
+def grade_on_worker(task: NotebookTask, start_next: bool) -> Graded:
     """The task a Dask worker runs: one notebook at a time (nbgrader's runs and the kernel started
-    ahead are the process's own), so a worker of several threads is refused."""
+    ahead are the process's own), so a worker of several threads is refused. `start_next`: as
+    Worker.grade's."""
     worker = get_worker()
     if worker.state.nthreads != 1:
         raise UnfitWorker(
@@ -95,7 +96,7 @@ def grade_on_worker(task: NotebookTask) -> Graded:
         )
     if task.limits.sandboxed and (why := _sandbox_problem()):
         raise UnfitWorker(f"the Dask worker {worker.address} cannot sandbox a kernel: {why}")
-    return worker.plugins[CourseWorker.name].worker.grade(task)
+    return worker.plugins[CourseWorker.name].worker.grade(task, start_next=start_next)
 
 
 _sandbox_problem = functools.cache(unavailable_reason)  # asked once per worker process
@@ -220,10 +221,15 @@ class DaskCluster:
         waiting, running = deque(tasks), {}
         longest = 2 * patience(self.limits)
         while waiting or running:
-            window = 2 * max(1, sum(self.client.nthreads().values()))
-            while waiting and len(running) < window:
+            workers = max(1, sum(self.client.nthreads().values()))
+            while waiting and len(running) < 2 * workers:
                 task = waiting.popleft()
-                future = self.client.submit(grade_on_worker, replace(task, content=task.read()), pure=False)
+                future = self.client.submit(
+                    grade_on_worker,
+                    replace(task, content=task.read()),
+                    starts_next(len(waiting), workers),
+                    pure=False,
+                )
                 running[future] = (task, time.monotonic() + longest)
             deadline = min(due for _, due in running.values())
             try:

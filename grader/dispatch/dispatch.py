@@ -55,6 +55,12 @@ def failure(task: NotebookTask, reason: str) -> Graded:
     return Graded(failed(task.student, task.notebook, reason), reason, retry=True)
 
 
+def starts_next(left: int, workers: int) -> bool:
+    """Whether a notebook with `left` more after it in its batch starts the kernel of its worker's
+    next (kernels.py): not one of the last `workers`, whose workers may get no other."""
+    return left >= workers
+
+
 def patience(limits: Limits) -> float:
     """How long a worker may take over one notebook before it is taken for hung."""
     return limits.notebook_timeout + WORKER_GRACE_S
@@ -122,9 +128,10 @@ class LocalPool:
         worker fails."""
         crashed = []
         with self._pool(self.jobs) as pool:
-            # The last `jobs` notebooks start no kernel for a next one: their workers may get none.
-            last = len(tasks) - self.jobs
-            futures = [(pool.submit(grade_here, task, n < last), task) for n, task in enumerate(tasks)]
+            futures = [
+                (pool.submit(grade_here, task, starts_next(len(tasks) - n - 1, self.jobs)), task)
+                for n, task in enumerate(tasks)
+            ]
             for future, task in futures:
                 try:
                     yield task, self._result_within(future, pool)
