@@ -1,7 +1,13 @@
 """A batch whose worker dies or hangs on one notebook: only that notebook fails, and the next run
-grades it again; and no batch without a sandbox."""
+grades it again; a batch killed midway resumes; and no batch without a sandbox."""
 
+import csv
+import json
 import os
+import shutil
+import subprocess
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -10,9 +16,10 @@ import pytest
 
 import grader.dispatch.dispatch as dispatch
 import grader.grading as grading
+from autograder.paths import REPO
 
-from .helpers.machine import needs_sandbox
-from .helpers.submissions import release
+from .helpers.machine import kernels_in, leftover_groups, needs_sandbox
+from .helpers.submissions import perfect, release
 
 pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
@@ -95,3 +102,53 @@ def test_only_notebooks_a_worker_may_follow_start_a_kernel_ahead(tmp_path, monke
     pool = dispatch.LocalPool(2, grading.Limits(), tmp_path, dispatch.Batch(str(tmp_path)))
     assert dict(pool.graded(list("abcde"))) == {"a": True, "b": True, "c": True, "d": False, "e": False}
     assert dict(pool.graded(["alone"])) == {"alone": False}
+
+
+@pytest.fixture
+def scratch():
+    """The killed batch's folder of sandboxes (its TMPDIR): its kernels are told from other batches'
+    by it. Short, for the kernels' Unix sockets."""
+    folder = Path(tempfile.mkdtemp(prefix="killed-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_sandbox
+def test_a_killed_batch_resumes_without_regrading(tmp_path, scratch):
+    """Kill `course grade` midway (as a power cut would); the re-run finishes the rest only, and
+    removes the process groups and sandboxes' folder the killed run left."""
+    submissions, out = tmp_path / "in", tmp_path / "out"
+    for student in ("a", "b", "c"):
+        (submissions / student).mkdir(parents=True)
+        nbformat.write(perfect("07_rmsnorm"), submissions / student / "07_rmsnorm.ipynb")
+    command = [
+        str(REPO / ".venv" / "bin" / "course"),
+        "grade",
+        str(submissions),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    ]
+    environment = {**os.environ, "TMPDIR": str(scratch)}
+    batch = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment
+    )
+    results = out / "work" / "results"
+    # Killed once a notebook is graded and a kernel of the batch is seen running (started ahead).
+    while batch.poll() is None and not (list(results.rglob("*.json")) and kernels_in(scratch)):
+        threading.Event().wait(0.2)
+    os.killpg(batch.pid, 9)
+    batch.wait()
+    killed = json.loads((out / "work" / "batch.json").read_text())
+    assert Path(killed["scratch"]).exists()
+    finished = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    assert 1 <= len(finished) < 3
+    rerun = subprocess.run(command, capture_output=True, text=True, env=environment)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert not Path(killed["scratch"]).exists() and not (out / "work" / "batch.json").exists()
+    assert not killed["group"] or not any(g.name == killed["group"] for g in leftover_groups())
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
+    with (out / "grades.csv").open() as f:
+        assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 3
+    assert kernels_in(scratch) == []

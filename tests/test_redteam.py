@@ -28,12 +28,11 @@ from nbconvert import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output, new_raw_cell
 from nbgrader.server_extensions.formgrader import handlers as formgrader
 
-from autograder import cgroup, sandbox
 from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
 from .helpers.feedback import page_text
-from .helpers.machine import needs_sandbox
+from .helpers.machine import kernels_in, leftover_groups, needs_sandbox, running
 from .helpers.submissions import digests, grade_id, perfect, solution_sources, with_answer
 
 # Alone (make test): some attacks race the cell time limit (250 MB of messages in 10 s), and lose it on
@@ -724,9 +723,7 @@ def scratch():
 
 def _leftovers(scratch: Path) -> list[str]:
     """Processes a submission left (`sleep 613.25`), and kernels of this file's batches still running."""
-    # -ww: whole lines (without a terminal, ps cuts them at 80 characters, before the folder)
-    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if MARKER in line or (sandbox.LAUNCHER in line and f"{scratch}/" in line)]
+    return [*running(MARKER), *kernels_in(scratch)]
 
 
 @pytest.fixture(scope="module")
@@ -756,7 +753,7 @@ def graded(tmp_path_factory, scratch):
         )
         path.write_bytes(data)
     before = digests(submissions)
-    groups_before = set(_leftover_groups())  # other runs on this machine may have left theirs
+    groups_before = set(leftover_groups())  # other runs on this machine may have left theirs
     try:
         done = _make_grade(submissions, out, scratch)
     finally:
@@ -774,7 +771,7 @@ def graded(tmp_path_factory, scratch):
         "connections": listener.connections,
         "protected": protected,
         "leftovers": _leftovers(scratch),
-        "new_groups": set(_leftover_groups()) - groups_before,
+        "new_groups": set(leftover_groups()) - groups_before,
         "scratch": scratch,
         "victim": victim,
     }
@@ -899,15 +896,6 @@ def test_a_student_cannot_write_a_reason_or_flood_the_grader(graded):
         assert _stored(graded, student).stat().st_size < 8 * 2**20, student
 
 
-def _leftover_groups() -> list[Path]:
-    """Process groups of sandboxes and batches still there (each goes with its kernel or batch)."""
-    try:
-        parents, _ = cgroup._parents()
-    except LookupError:
-        return []
-    return [group for parent in parents.values() for group in parent.glob("course-*")]
-
-
 def test_hidden_test_source_never_reaches_the_kernel(graded):
     """A notebook that records every request the kernel gets, In, _ih and linecache, and prints
     them: the test cells ran as the grader's own check calls, never as their source."""
@@ -950,43 +938,3 @@ def test_feedback_names_the_failed_property_not_the_hidden_source(graded):
     assert "output at index (" in text and "values off by more than rounding allows; the largest by" in text
     assert "Property 'matches torch.nn.functional.rms_norm' fails too" in text
     assert "hidden=True" not in text and "Traceback" not in text
-
-
-def test_a_killed_batch_resumes_without_regrading(tmp_path, scratch):
-    """Kill `course grade` midway (as a power cut would); the re-run finishes the rest only, and
-    removes the process groups and sandboxes' folder the killed run left."""
-    submissions, out = tmp_path / "in", tmp_path / "out"
-    for student in ("a", "b", "c"):
-        (submissions / student).mkdir(parents=True)
-        nbformat.write(perfect(ASSIGNMENT), submissions / student / f"{ASSIGNMENT}.ipynb")
-    command = [
-        str(REPO / ".venv" / "bin" / "course"),
-        "grade",
-        str(submissions),
-        "--out",
-        str(out),
-        "--jobs",
-        "1",
-    ]
-    environment = {**os.environ, "TMPDIR": str(scratch)}
-    batch = subprocess.Popen(
-        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment
-    )
-    results = out / "work" / "results"
-    # Killed once a notebook is graded and a kernel of the batch is seen running (started ahead).
-    while batch.poll() is None and not (list(results.rglob("*.json")) and _leftovers(scratch)):
-        threading.Event().wait(0.2)
-    os.killpg(batch.pid, 9)
-    batch.wait()
-    killed = json.loads((out / "work" / "batch.json").read_text())
-    assert Path(killed["scratch"]).exists()
-    finished = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
-    assert 1 <= len(finished) < 3
-    rerun = subprocess.run(command, capture_output=True, text=True, env=environment)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert not Path(killed["scratch"]).exists() and not (out / "work" / "batch.json").exists()
-    assert not killed["group"] or not any(g.name == killed["group"] for g in _leftover_groups())
-    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
-    with (out / "grades.csv").open() as f:
-        assert [r["score"] for r in csv.DictReader(f)] == ["6"] * 3
-    assert _leftovers(scratch) == []

@@ -4,10 +4,12 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import unavailable_reason
+from autograder import cgroup
+from autograder.sandbox import LAUNCHER, unavailable_reason
 
 SANDBOX_MISSING = unavailable_reason()
 needs_sandbox = pytest.mark.skipif(
@@ -26,3 +28,25 @@ def busy_processes(n: int) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+def running(*fragments: str) -> list[str]:
+    """The command lines of this machine's processes that hold any of `fragments` (a kernel's
+    scratch folder, a marker a submission's processes carry)."""
+    # -ww: whole lines (without a terminal, ps cuts them at 80 characters, before the folder)
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in ps if any(fragment in line for fragment in fragments)]
+
+
+def kernels_in(scratch: Path) -> list[str]:
+    """Grading kernels of the batches whose sandboxes are made in `scratch` (their TMPDIR), still running."""
+    return [line for line in running(f"{scratch}/") if LAUNCHER in line]
+
+
+def leftover_groups() -> list[Path]:
+    """Process groups of sandboxes and batches still there (each goes with its kernel or batch)."""
+    try:
+        parents, _ = cgroup._parents()
+    except LookupError:
+        return []
+    return [group for parent in parents.values() for group in parent.glob("course-*")]
