@@ -135,7 +135,7 @@ def prepare_root(root: Path) -> None:
 def write_font_list(folder: Path) -> Path | None:
     """matplotlib's list of the fonts a sandbox can see, written into `folder` unless it is there
     already (None: it could not be written). A kernel given it (`bwrap_command`) reads it where
-    matplotlib keeps its cache instead of listing every font again: 0.17 s of a kernel's 2.4 s
+    matplotlib keeps its cache instead of listing every font again: 0.18 s of a kernel's 2.5 s
     start. Fonts outside the sandbox's read-only folders (in the instructor's home) are left out:
     matplotlib lists every font again where one of its list is missing."""
     from matplotlib import font_manager
