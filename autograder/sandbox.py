@@ -11,7 +11,7 @@ process group of its own caps its processes and memory as a whole and gives it a
 of the processor (autograder/cgroup.py).
 
 What it guards against: docs/security.md. What it costs and how much memory the notebooks need:
-benchmarks/README.md, "Grading overhead", "A grading kernel's start" and "Sandbox memory".
+benchmarks/README.md, "Grading overhead", "Starting a grading kernel" and "Sandbox memory".
 """
 
 import copy
