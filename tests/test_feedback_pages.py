@@ -27,7 +27,7 @@ from grader.grades import Result
 from grader.record import feedback
 from grader.record.feedback import mathml, question
 
-from .helpers.feedback import page_text
+from .helpers.feedback import document, page_text
 from .helpers.jupyter_server import browse, running_lab
 from .helpers.submissions import mutant
 
@@ -109,6 +109,26 @@ def test_templates_compiled_once_per_process_make_the_same_page(pages, monkeypat
     once = len(compiled)
     assert feedback.FeedbackExporter().from_notebook_node(autograded)[0] == first
     assert len(compiled) == once  # the second page's templates were read, not compiled again
+
+
+def test_the_course_page_is_the_document_nbconverts_own_exporter_makes(pages):
+    """FeedbackExporter skips HTMLExporter's parse of the whole finished page: generate_feedback
+    with nbconvert's exporter gives the same elements, attributes and text, pictures described."""
+    course_page = pages["course"]
+    ours = course_page.read_text()
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    command = [str(nbgrader), "generate_feedback", ASSIGNMENT, f"--student={STUDENT}", "--force"]
+    nbconverts = "--GenerateFeedback.exporter_class=nbconvert.exporters.HTMLExporter"
+    try:
+        done = subprocess.run(
+            [*command, nbconverts], cwd=course_page.parents[3], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        theirs = course_page.read_text()
+    finally:
+        course_page.write_text(ours)  # the page the other tests read
+    assert document(ours) == document(theirs)
+    assert ours.count("<img ") == ours.count('<img alt="No description has been provided for this image"') > 0
 
 
 def test_a_formula_keeps_only_mathml_and_what_cannot_be_written_stays_text():

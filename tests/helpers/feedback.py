@@ -5,6 +5,22 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+from bs4 import BeautifulSoup, NavigableString
+
+
+def document(page: str) -> list[tuple]:
+    """The page as a browser reads it: its elements with their attributes, and its text, where
+    whitespace counts only inside <pre> (two writings of one page differ in their indentation)."""
+    read = []
+    for node in BeautifulSoup(page, "html.parser").descendants:
+        if isinstance(node, NavigableString):
+            text = str(node) if node.find_parent("pre") else " ".join(node.split())
+            read += [("text", text)] if text else []
+        else:
+            attributes = {k: " ".join(v) if isinstance(v, list) else v for k, v in node.attrs.items()}
+            read.append((node.name, sorted(attributes.items())))
+    return read
+
 
 def page_text(page: Path) -> str:
     """The text a browser shows: no styles, scripts or tags (CSS names such as Traceback)."""
