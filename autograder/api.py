@@ -26,7 +26,7 @@ import torch
 
 from . import exchange, progress, reference
 from .checks import CHECKS
-from .core import Case, CheckFailed, Expectation, Mistake, Verdict, expectations, judge, run_stage
+from .core import STUB, Case, CheckFailed, Expectation, Mistake, Verdict, expectations, judge, run_stage
 from .paths import EXPECTED
 
 VISIBLE_SEED = 0
@@ -156,9 +156,11 @@ def load_snapshot(name: str) -> tuple[list[Case], list[Expectation], list[Mistak
 def judge_results(drawn: Drawn, results: list) -> Verdict:
     """Stage 3 against the live reference (trusted side only: it reads solutions/)."""
     check = get_check(drawn.name)
-    # The known mistakes only serve a diagnosis: run them once a result is wrong.
+    # The known mistakes only serve a diagnosis: run them once a result is wrong, and not for an
+    # unfilled stub, which no mistake's result can look like (the untouched notebooks of a class).
     verdict = judge(check, drawn.cases, results, *drawn.reference_only)
-    if not verdict.passed or any(not part.passed for part in verdict.parts):  # advice parts too
+    wrong = not verdict.passed or any(not part.passed for part in verdict.parts)  # advice parts too
+    if wrong and not all(isinstance(result, str) and result.endswith(STUB) for result in results):
         verdict = judge(check, drawn.cases, results, *drawn.with_mistakes)
     return verdict.worth(points(drawn.name, drawn.hidden))
 

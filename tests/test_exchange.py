@@ -1,5 +1,6 @@
 """The channel from a grading kernel to the judge: only well-formed data gets through."""
 
+import linecache
 import os
 import pickle
 import subprocess
@@ -11,10 +12,11 @@ import torch
 
 from autograder import api, exchange
 from autograder.api import check, make_cases
-from autograder.cells import check_calls
+from autograder.cells import check_calls, grade_id
 from autograder.checks import CHECKS
+from autograder.core import STUB, judge
 
-from .helpers.submissions import solution_sources
+from .helpers.submissions import release, solution_sources
 
 
 @pytest.fixture
@@ -188,6 +190,26 @@ def test_a_worker_judges_a_class_on_one_draw_working_out_the_expectations_once(m
         torch.equal(a.inputs["x"], b.inputs["x"])
         for a, b in zip(drawn.cases, make_cases("07.rmsnorm", hidden=True, seed=20261128), strict=True)
     )
+
+
+def test_an_unfilled_stub_is_judged_without_running_the_mistakes(monkeypatch):
+    """No known mistake looks like a stub's `raise`: the verdict of an untouched notebook's answer
+    is the same without them, and they are not worked out for it."""
+    source = "\n".join(c.source for c in release("07_rmsnorm").cells if grade_id(c) in ("imports", "rmsnorm"))
+    cell = "<ipython-input-1>"  # where a kernel's traceback says the stub's line is
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    namespace = {}
+    exec(compile(source, cell, "exec"), namespace)
+    drawn = api.draw("07.rmsnorm", hidden=True, seed=20261129)
+    results = api.run_stage(CHECKS["07.rmsnorm"], namespace["RMSNorm"], drawn.cases)
+    assert all(result.endswith(STUB) for result in results), results[0]
+    worked_out = []
+    live = api.live_expectations
+    monkeypatch.setattr(api, "live_expectations", lambda *a, **k: worked_out.append(k) or live(*a, **k))
+    verdict = api.judge_results(drawn, results)
+    assert worked_out == [{"with_mistakes": False}]
+    diagnosed = judge(CHECKS["07.rmsnorm"], drawn.cases, results, *drawn.with_mistakes)
+    assert verdict == diagnosed.worth(CHECKS["07.rmsnorm"].hidden_points) and not verdict.passed
 
 
 @pytest.mark.parametrize("name", CHECKS)
