@@ -108,7 +108,8 @@ def _own_verdicts(mutant: Mutant) -> dict[tuple[str, bool], Verdict]:
 
 @cache
 def _all_verdicts(mutant: Mutant) -> dict[tuple[str, bool], Verdict]:
-    return verdicts_when_graded(mutant.notebook(), BATCH_SEED, checks_of(mutant.assignment))
+    others = [name for name in checks_of(mutant.assignment) if name not in mutant.named_by]
+    return {**_own_verdicts(mutant), **verdicts_when_graded(mutant.notebook(), BATCH_SEED, others)}
 
 
 def _costly(verdicts: dict[tuple[str, bool], Verdict]) -> dict[tuple[str, bool], Verdict]:
