@@ -92,7 +92,7 @@ NO_ALT = '<img alt="No description has been provided for this image"'  # nbconve
 
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter, its templates compiled once per process (0.15 s of the 0.7 s of
-    CPU a page costs) and without its BeautifulSoup pass over the finished page (0.2-0.3 s)."""
+    CPU a page costs) and without its BeautifulSoup pass over the finished page (0.2-0.4 s)."""
 
     def _create_environment(self) -> jinja2.Environment:
         environment = super()._create_environment()
