@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile -r requirements.lock
-	@# pip compiles one file at a time; on every core it takes 15 s less on two (benchmarks/README.md,
+	@# pip compiles one file at a time; on every core the set-up takes 9 s less on two (benchmarks/README.md,
 	@# "The test suite"). Files written for a newer Python than this one do not compile: pip skips them too.
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	$(BIN)/pip install --quiet --no-deps -e .
