@@ -4,9 +4,7 @@ grades it again; a batch killed midway resumes; and no batch without a sandbox."
 import csv
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +16,7 @@ import grader.dispatch.dispatch as dispatch
 import grader.grading as grading
 from autograder.paths import REPO
 
-from .helpers.machine import kernels_in, leftover_groups, needs_sandbox
+from .helpers.machine import batch_scratch, kernels_in, leftover_groups, needs_sandbox
 from .helpers.submissions import perfect, release
 
 pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
@@ -106,11 +104,9 @@ def test_only_notebooks_a_worker_may_follow_start_a_kernel_ahead(tmp_path, monke
 
 @pytest.fixture
 def scratch():
-    """The killed batch's folder of sandboxes (its TMPDIR): its kernels are told from other batches'
-    by it. Short, for the kernels' Unix sockets."""
-    folder = Path(tempfile.mkdtemp(prefix="killed-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    """The killed batch's folder of sandboxes."""
+    with batch_scratch("killed-") as folder:
+        yield folder
 
 
 @needs_sandbox

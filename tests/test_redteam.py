@@ -17,7 +17,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from autograder.cells import nbgrader_meta
 from autograder.paths import REPO
 
 from .helpers.feedback import page_text
-from .helpers.machine import kernels_in, leftover_groups, needs_sandbox, running
+from .helpers.machine import batch_scratch, kernels_in, leftover_groups, needs_sandbox, running
 from .helpers.submissions import digests, grade_id, perfect, solution_sources, with_answer
 
 # Alone (make test): some attacks race the cell time limit (250 MB of messages in 10 s), and lose it on
@@ -714,11 +713,9 @@ def _make_grade(submissions: Path, out: Path, scratch: Path) -> subprocess.Compl
 
 @pytest.fixture(scope="module")
 def scratch():
-    """The temporary folder of this file's batches, where their sandboxes are made: what they leave
-    is told from other batches running on the machine by it. Short, for the kernels' Unix sockets."""
-    folder = Path(tempfile.mkdtemp(prefix="redteam-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    """The folder of this file's batches' sandboxes."""
+    with batch_scratch("redteam-") as folder:
+        yield folder
 
 
 def _leftovers(scratch: Path) -> list[str]:

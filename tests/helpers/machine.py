@@ -1,8 +1,10 @@
 """What this machine can do for the tests: some need the grading sandbox; some load its cores."""
 
 import contextlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,17 @@ def busy_processes(n: int) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+@contextlib.contextmanager
+def batch_scratch(prefix: str) -> Iterator[Path]:
+    """A folder for a batch's sandboxes (its TMPDIR), removed afterwards: what its kernels leave is
+    told from other batches' on the machine by it. Short, for the kernels' Unix sockets."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def running(*fragments: str) -> list[str]:
