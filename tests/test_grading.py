@@ -45,9 +45,6 @@ from .helpers.submissions import mutant as mutant_notebook
 
 pytestmark = pytest.mark.batches  # make test runs it beside another file of batches
 
-# Room for a perfect 08, whose training cell took 15.4 s with the machine at load 7-9 (notebooks that
-# run past a time limit: tests/test_time_limits.py).
-CELL_TIMEOUT, NOTEBOOK_TIMEOUT = 20, 60
 FULL = {  # what a perfect submission of each notebook scores
     assignment: sum(c.points + c.hidden_points for n, c in CHECKS.items() if assignment_of(n) == assignment)
     for assignment in assignments()
@@ -222,11 +219,6 @@ def _class(folder: Path) -> dict[tuple[str, str], tuple[float | None, str, str]]
         score = sum(v.points for v in _all_verdicts(mutant).values())
         add(mutant.student, mutant.assignment, mutant.notebook(), score)
     add("broken-json", "04_rope", '{"cells": [', None, "failed", "not a readable notebook")
-    # Never returns, holding no core (the red team's loop spins): the batch's other notebooks run on.
-    looping = with_answer(
-        perfect("04_rope"), "half_split_permutation", "import time\nwhile True:\n    time.sleep(1)\n"
-    )
-    add("infinite-loop", "04_rope", looping, 6.0)
     deleted = perfect("04_rope")
     deleted.cells = [c for c in deleted.cells if grade_id(c) != "rope_forward_test"]
     add("deleted-test-cell", "04_rope", deleted, 9.0)
@@ -256,6 +248,8 @@ def graded(tmp_path_factory):
     (out / "work" / "case_seed").write_text(str(BATCH_SEED))  # the grader draws its cases from it
     expected = _class(submissions)
     before = digests(submissions)
+    # Under the limits an instructor gets (120 s a cell, 900 s a notebook): a perfect 08 took over 60 s
+    # in one CI run on a loaded machine. Notebooks that run past a limit: tests/test_time_limits.py.
     assert (
         main(
             [
@@ -265,10 +259,6 @@ def graded(tmp_path_factory):
                 str(out),
                 "--jobs",
                 "2",
-                "--cell-timeout",
-                str(CELL_TIMEOUT),
-                "--notebook-timeout",
-                str(NOTEBOOK_TIMEOUT),
             ]
         )
         == 0
