@@ -15,12 +15,15 @@ from autograder import CHECKS, evaluate, reference
 from autograder.api import live_expectations, make_cases
 from autograder.checks.tiled_attention import (
     CAUSAL,
+    EMPTY_PART,
+    LARGE_SCORES,
     MEMORY,
     MISSING,
     NON_CAUSAL,
     ONE_BLOCK,
     SOFTMAX_CORE,
     SOFTMAX_STABLE,
+    TWO_PARTS,
     LargestIntermediate,
 )
 from autograder.core import judge
@@ -392,3 +395,43 @@ def test_a_few_queries_against_every_key_fail_only_memory(seed):
     verdict = judged("11.tiled_attention", four_queries_against_every_key, seed)
     all_but(verdict, MEMORY)
     assert "an ordinary softmax of the whole row" in verdict.message, verdict.message
+
+
+# --------------------------------------------------------------------- merging softmax states
+
+MERGE_MISTAKES = reference.instructor_module(ASSIGNMENT, "mistakes.py")
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize(
+    ("answer", "failing"),
+    [
+        ("merge_without_a_max", {LARGE_SCORES}),
+        ("merge_first_max_as_reference", {EMPTY_PART, LARGE_SCORES}),
+        ("merge_smaller_max_as_reference", {EMPTY_PART, LARGE_SCORES}),
+    ],
+)
+def test_a_merge_exact_on_paper_loses_only_the_parts_where_float32_breaks_it(answer, failing, seed):
+    """Any reference maximum gives the same state in exact arithmetic; only the larger of the two keeps
+    every factor at most 1 and never computes -inf - (-inf)."""
+    answer = getattr(MERGE_MISTAKES, answer)
+    verdict = judged("11.merge_softmax_states", answer, seed)
+    assert {concern for concern, ok in parts(verdict).items() if not ok} == failing, verdict.message
+    assert TWO_PARTS in parts(verdict)
+    # Named as itself in every part it fails, not as another mistake whose NaN looks the same there.
+    own = next(m.name for m in reference.mistakes("11.merge_softmax_states") if m.impl is answer)
+    named = {name for part in verdict.parts if not part.passed for name in part.finding.mistakes}
+    assert named == {own}, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda a, b: ref("merge_softmax_states")(a, b)[2], "returned a Tensor, not a tuple (m, l, acc)"),
+        (lambda a, b: ref("merge_softmax_states")(a, b)[::-1], "in that order"),
+    ],
+    ids=["the-output-alone", "acc-l-m"],
+)
+def test_a_merge_that_returns_something_else_than_a_state_is_told_what_a_state_is(answer, said):
+    verdict = judged("11.merge_softmax_states", answer, None)
+    assert not any(parts(verdict).values()) and said in verdict.message, verdict.message

@@ -1,4 +1,5 @@
-"""Checks of notebook 11, attention without the T x T matrix (online softmax, tiled attention).
+"""Checks of notebook 11, attention without the T x T matrix (online softmax, tiled attention,
+merging the softmax states of two parts of the keys).
 
 Key: B batch, H heads, T sequence length, Dh head dimension, N the length of a softmax row,
 b the block size (block_size).
@@ -548,4 +549,105 @@ TILED_ATTENTION = Check(
     ],
 )
 
-CHECKS = [SCORE_MATRIX_BYTES, ONLINE_SOFTMAX, TILED_ATTENTION]
+
+# ------------------------------------------------------ Question 4: merging softmax states
+
+TWO_PARTS = "two parts of the keys, split anywhere, and a merged state merged again"
+EMPTY_PART = "causal: queries that see no key of one part"
+LARGE_SCORES = "scores near +-140: both maxima large, or far apart"
+STATE_OUTPUTS = {
+    "output": "the merged state's output acc / l",
+    "log_sum_exp": "the merged state's m + log(l), each query's log-sum-exp over the keys",
+}
+
+
+def _state(value, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """What a merge returned, held to what the next merge takes: (m, l, acc) shaped like a part's."""
+    if not (
+        isinstance(value, tuple | list) and len(value) == 3 and all(isinstance(t, Tensor) for t in value)
+    ):
+        what = f"a {type(value).__name__}" + (f" of {len(value)}" if isinstance(value, tuple | list) else "")
+        raise NotAsAsked(f"merge_softmax_states returned {what}, not a tuple (m, l, acc) of three tensors")
+    rows, shapes = (*like.shape[:-1], 1), tuple(tuple(t.shape) for t in value)
+    if shapes != (rows, rows, tuple(like.shape)):
+        raise NotAsAsked(
+            f"merge_softmax_states returned tensors of shapes {shapes}: a state is m and l of shape {rows} "
+            f"and acc of shape {tuple(like.shape)}, in that order"
+        )
+    return value[0], value[1], value[2]
+
+
+def run_merge(merge_softmax_states, case: Case) -> Outputs:
+    """The parts merged from the first, each merge taking the state the last returned."""
+    parts = case.inputs["parts"]
+    state = parts[0]
+    for part in parts[1:]:
+        state = _state(merge_softmax_states(state, part), like=part[2])
+    m, total, acc = state
+    return {"output": acc / total, "log_sum_exp": m + torch.log(total)}
+
+
+def _scores(case: Case) -> Tensor:
+    """Every query's scores against every key, in float64, the future masked when causal."""
+    q, k = (case.inputs[name].double() for name in "qk")
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if case.inputs["causal"]:
+        t = s.shape[-1]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return s
+
+
+def _merged_is_attention(case: Case, out: Outputs) -> str | None:
+    got, q = out.get("output"), case.inputs["q"]
+    if got is None or got.shape != q.shape:
+        return None
+    k, v = case.inputs["k"].double(), case.inputs["v"].double()
+    want = F.scaled_dot_product_attention(q.double(), k, v, is_causal=case.inputs["causal"])
+    gap = (got.double() - want).abs().max().item()
+    if gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
+        return None
+    return f"acc / l of the merged state is off attention over all the keys by up to {gap:.3g}"
+
+
+def _merges_again(case: Case, out: Outputs) -> str | None:
+    got, scores = out.get("log_sum_exp"), _scores(case)
+    want = torch.logsumexp(scores, dim=-1, keepdim=True)
+    if got is None or got.shape != want.shape:
+        return None
+    gap = (got.double() - want).abs().max().item()
+    if gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
+        return None
+    return (
+        "m + log(l) of the merged state is off each query's log-sum-exp over all the keys by up to "
+        f"{gap:.3g}: l must be the sum of exp(score - m) over the keys of both parts, against the m "
+        "you return"
+    )
+
+
+MERGE_SOFTMAX_STATES = Check(
+    name="11.merge_softmax_states",
+    target="merge_softmax_states",
+    run=run_merge,
+    extra_tolerance={torch.float32: LARGE_LOGITS},
+    concerns=[Concern(TWO_PARTS, weight=2), Concern(EMPTY_PART, weight=1), Concern(LARGE_SCORES, weight=1)],
+    outputs=STATE_OUTPUTS,
+    properties=[
+        Property("acc / l is attention over all the keys", _merged_is_attention),
+        Property("m + log(l) is the log-sum-exp over all the keys: the state merges again", _merges_again),
+    ],
+    hints=[
+        "Each part's l and acc were summed against its own maximum. Against which maximum must the merged "
+        "ones be summed, and what factor turns a sum taken against m_a into one taken against it?",
+        "Test it: split the keys of a small q, k, v at several points, merge the two attention_state(...) "
+        "results and compare acc / l with F.scaled_dot_product_attention; then causal with the split at 3, "
+        "where the first three queries see no key of the second part.",
+        "The merged m is the larger of the two maxima; each part's l and acc take the factor "
+        "exp(m_part - m); the merged l and acc are the sums of the rescaled parts. It is one step of "
+        "Question 3's update, with a whole part in the place of a block.",
+        "A part whose m is -inf (no key visible) has l = 0 and acc = 0, and exp(-inf - m) is 0 as long as "
+        "the merged m is finite: take torch.maximum of the two m, never the first part's m alone, so that "
+        "no -inf - (-inf) appears.",
+    ],
+)
+
+CHECKS = [SCORE_MATRIX_BYTES, ONLINE_SOFTMAX, TILED_ATTENTION, MERGE_SOFTMAX_STATES]

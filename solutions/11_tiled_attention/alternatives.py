@@ -299,6 +299,40 @@ def softmax_with_torch_max(scores, block_size):
     return torch.cat([torch.exp(scores[..., a : a + block_size] - m) / total for a in starts], -1)
 
 
+# --------------------------------------------------------------------- merge_softmax_states
+
+
+def merge_by_log_sum_exp(a, b):
+    """The merged state against its log-sum-exp: m = log(l_a e^m_a + l_b e^m_b), l = 1."""
+    lse = torch.logaddexp(a[0] + torch.log(a[1]), b[0] + torch.log(b[1]))
+    return lse, torch.ones_like(lse), torch.exp(a[0] - lse) * a[2] + torch.exp(b[0] - lse) * b[2]
+
+
+def merge_stacked(a, b):
+    """Both states stacked on a new first dimension, reduced over it (n parts merge the same way)."""
+    m, total, acc = (torch.stack(pair) for pair in zip(a, b, strict=True))
+    top = m.amax(dim=0)
+    scale = torch.exp(m - top)
+    return top, (scale * total).sum(dim=0), (scale * acc).sum(dim=0)
+
+
+def merge_with_where(a, b):
+    """The empty parts handled by name: a part with no visible key contributes nothing."""
+    m = torch.where(a[0] >= b[0], a[0], b[0])
+    scales = [torch.where(torch.isinf(part[0]), 0.0, torch.exp(part[0] - m)) for part in (a, b)]
+    return m, scales[0] * a[1] + scales[1] * b[1], scales[0] * a[2] + scales[1] * b[2]
+
+
+def merge_in_place(a, b):
+    """The first state's tensors updated in place, as a loop over key blocks would keep them."""
+    m = torch.maximum(a[0], b[0])
+    c_a, c_b = torch.exp(a[0] - m), torch.exp(b[0] - m)
+    total, acc = a[1].clone(), a[2].clone()
+    total.mul_(c_a).add_(c_b * b[1])
+    acc.mul_(c_a).addcmul_(c_b, b[2])
+    return m, total, acc
+
+
 ALTERNATIVES = {
     "11.score_matrix_bytes": [bytes_with_pow, bytes_from_numel, bytes_as_float, bytes_numpy],
     "11.online_softmax": [
@@ -318,4 +352,5 @@ ALTERNATIVES = {
         attention_tile_softmax_merged,
         attention_padded,
     ],
+    "11.merge_softmax_states": [merge_by_log_sum_exp, merge_stacked, merge_with_where, merge_in_place],
 }

@@ -1,9 +1,21 @@
 """Notebook 11's case generators, CASES by check name: the grader's side only (autograder/reference.py)."""
 
+import math
+from itertools import pairwise
+
 import torch
 from torch import Tensor
 
-from autograder.checks.tiled_attention import CAUSAL, MEMORY, NON_CAUSAL, ONE_BLOCK, SOFTMAX_STABLE
+from autograder.checks.tiled_attention import (
+    CAUSAL,
+    EMPTY_PART,
+    LARGE_SCORES,
+    MEMORY,
+    NON_CAUSAL,
+    ONE_BLOCK,
+    SOFTMAX_STABLE,
+    TWO_PARTS,
+)
 from autograder.core import Case
 
 BYTE_CASES = [(1, 32, 8192, 4), (2, 8, 1000, 2), (1, 1, 1, 4), (3, 12, 512, 4), (4, 16, 2048, 8)]
@@ -104,7 +116,7 @@ def _qkv(g: torch.Generator, b: int, h: int, t: int, dh: int) -> dict:
 
 def _extreme(g: torch.Generator, sign: float, b: int, h: int, t: int, dh: int) -> dict:
     """Keys near one direction and queries 50 times along it (or against it): every score near
-    +-100 sqrt(Dh), far beyond exp's float32 range (about +-88)."""
+    +-50 sqrt(Dh) (about +-140 at Dh = 8), far beyond exp's float32 range (about +-88)."""
     k = 1 + 0.1 * torch.randn(b, h, t, dh, generator=g)
     q = sign * 50 * (1 + 0.1 * torch.randn(b, h, t, dh, generator=g))
     return {"q": q, "k": k, "v": torch.randn(b, h, t, dh, generator=g)}
@@ -153,8 +165,86 @@ def _attention_measured(g: torch.Generator, hidden: bool) -> Case:
     return Case(name, inputs, concern=MEMORY)
 
 
+def attention_state(q: Tensor, k: Tensor, v: Tensor, start: int, stop: int, causal: bool = False) -> tuple:
+    """(m, l, acc) of every query over the keys start..stop-1, as the notebook's given function makes
+    it: m = -inf, l = 0 and acc = 0 for a query that sees none of them."""
+    s = q @ k[:, :, start:stop].transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        future = torch.arange(start, stop)[None, :] > torch.arange(q.shape[2])[:, None]
+        s = s.masked_fill(future, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(m.isinf(), 0.0, m))
+    return m, p.sum(dim=-1, keepdim=True), p @ v[:, :, start:stop]
+
+
+def _merge_case(name: str, inputs: dict, cuts: list[int], reverse: bool, concern: str) -> Case:
+    """The keys cut at `cuts`, one state per part, handed over last part first when `reverse`."""
+    bounds = [0, *cuts, inputs["k"].shape[2]]
+    parts = [attention_state(**inputs, start=a, stop=b) for a, b in pairwise(bounds)]
+    order = " (the later keys first)" if reverse else ""
+    name = f"{name}, keys cut at {', '.join(map(str, cuts))}{order}"
+    return Case(name, {**inputs, "parts": parts[::-1] if reverse else parts}, concern=concern)
+
+
+def _opposed(g: torch.Generator, t: int, cut: int) -> dict:
+    """B=1, H=2, Dh=8. Queries 50x along one direction, the keys before `cut` along it and the others
+    against it: the two parts' maxima near +-50 sqrt(Dh), their difference far beyond exp's float32 range."""
+    k = 1 + 0.1 * torch.randn(1, 2, t, 8, generator=g)
+    k[:, :, cut:] *= -1
+    q = 50 * (1 + 0.1 * torch.randn(1, 2, t, 8, generator=g))
+    return {"q": q, "k": k, "v": torch.randn(1, 2, t, 8, generator=g), "causal": False}
+
+
+def _randint(g: torch.Generator, low: int, high: int) -> int:
+    return int(torch.randint(low, high, (), generator=g))
+
+
+# (B, H, T, Dh, cuts, later part first). The first tells the mistakes apart (the parts' maxima differ
+# on every row); the second merges a merged state again; the third hands the later keys over first.
+MERGE_SHAPES = [(1, 2, 10, 8, [4], False), (2, 1, 12, 4, [3, 8], False), (1, 3, 7, 8, [5], True)]
+CAUSAL_SHAPES = [(1, 2, 9, 8, 3), (2, 1, 6, 4, 1)]  # (B, H, T, Dh, cut): queries before it see no later key
+
+
+def merge_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    shapes, causal = list(MERGE_SHAPES), list(CAUSAL_SHAPES)
+    if hidden:
+        for _ in range(3):
+            b, h, t, dh = _randint(g, 1, 4), _randint(g, 1, 4), _randint(g, 2, 40), 2 * _randint(g, 1, 9)
+            cuts = sorted({_randint(g, 1, t) for _ in range(_randint(g, 1, 4))})
+            shapes.append((b, h, t, dh, cuts, bool(_randint(g, 0, 2))))
+        t = _randint(g, 3, 30)
+        causal.append((1, 2, t, 8, _randint(g, 1, t)))
+    cases = []
+    for b, h, t, dh, cuts, reverse in shapes:
+        inputs = {**_qkv(g, b, h, t, dh), "causal": False}
+        cases.append(_merge_case(f"B={b} H={h} T={t} Dh={dh}", inputs, cuts, reverse, TWO_PARTS))
+    if hidden:  # split-K decoding: one query against 64 cached keys, cut over four workers
+        inputs = {**_qkv(g, 1, 2, 64, 16), "causal": False}
+        inputs["q"] = inputs["q"][:, :, -1:]
+        cases.append(
+            _merge_case("B=1 H=2, one query, 64 keys, Dh=16", inputs, [16, 32, 48], False, TWO_PARTS)
+        )
+    for b, h, t, dh, cut in causal:
+        inputs = {**_qkv(g, b, h, t, dh), "causal": True}
+        for reverse in (False, True):
+            cases.append(
+                _merge_case(f"B={b} H={h} T={t} Dh={dh}, causal", inputs, [cut], reverse, EMPTY_PART)
+            )
+    # Both maxima near +140, where exp(m) itself overflows; then +140 and -140, either part first, where
+    # the factor between them does.
+    inputs = {**_extreme(g, 1.0, 1, 2, 10, 8), "causal": False}
+    cases.append(
+        _merge_case("B=1 H=2 T=10 Dh=8, queries 50x along the keys", inputs, [4], False, LARGE_SCORES)
+    )
+    for reverse in (False, True):
+        name = "B=1 H=2 T=10 Dh=8, queries 50x along the keys before the cut and against those after"
+        cases.append(_merge_case(name, _opposed(g, 10, 6), [6], reverse, LARGE_SCORES))
+    return cases
+
+
 CASES = {
     "11.score_matrix_bytes": bytes_cases,
     "11.online_softmax": softmax_cases,
     "11.tiled_attention": attention_cases,
+    "11.merge_softmax_states": merge_cases,
 }

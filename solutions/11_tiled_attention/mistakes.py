@@ -261,6 +261,67 @@ def attention_last_block_dropped(q, k, v, block_size, causal=False):
     return _tiled(q, k, v, block_size, causal, whole_blocks_only=True)
 
 
+# ----------------------------------------------------- Question 4: merging softmax states
+
+
+def _rescaled(a, b, m):
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    c_a, c_b = torch.exp(m_a - m), torch.exp(m_b - m)
+    return m, c_a * l_a + c_b * l_b, c_a * acc_a + c_b * acc_b
+
+
+def merge_not_rescaled(a, b):
+    return torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
+
+
+def merge_correction_inverted(a, b):
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    m = torch.maximum(m_a, m_b)
+    c_a, c_b = torch.exp(m - m_a), torch.exp(m - m_b)
+    return m, c_a * l_a + c_b * l_b, c_a * acc_a + c_b * acc_b
+
+
+def merge_sum_not_rescaled(a, b):
+    m, _, acc = _rescaled(a, b, torch.maximum(a[0], b[0]))
+    return m, a[1] + b[1], acc
+
+
+def merge_acc_not_rescaled(a, b):
+    m, total, _ = _rescaled(a, b, torch.maximum(a[0], b[0]))
+    return m, total, a[2] + b[2]
+
+
+def merge_outputs_averaged(a, b):
+    """Each part's attention output, averaged: as if both parts held the same weight."""
+    out = (a[2] / a[1] + b[2] / b[1]) / 2
+    return torch.maximum(a[0], b[0]), torch.ones_like(a[1]), out
+
+
+def merge_normalised_acc(a, b):
+    """acc divided by l in the merge, and l returned too: the output is divided twice."""
+    m, total, acc = _rescaled(a, b, torch.maximum(a[0], b[0]))
+    return m, total, acc / total
+
+
+def merge_first_max_as_reference(a, b):
+    return _rescaled(a, b, a[0])
+
+
+def merge_smaller_max_as_reference(a, b):
+    return _rescaled(a, b, torch.minimum(a[0], b[0]))
+
+
+def merge_without_a_max(a, b):
+    """Both parts rescaled to a maximum of 0: exp(m_a) and exp(m_b) themselves."""
+    return _rescaled(a, b, torch.zeros_like(a[0]))
+
+
+MERGE_RESCALE = (
+    "each part's l and acc were summed against its own m: multiply both by exp(m_part - m), m the "
+    "merged maximum, before adding them."
+)
+
+
 RESCALE = (
     "when the running max grows from m to m_new, everything summed so far was computed against m: "
     "multiply it by exp(m - m_new) before adding the new block's terms."
@@ -422,6 +483,45 @@ MISTAKES = {
         ),
         Mistake(
             "the last, shorter block of queries and keys is dropped", LAST_BLOCK, attention_last_block_dropped
+        ),
+    ],
+    "11.merge_softmax_states": [
+        Mistake(
+            "the parts are added without rescaling to the merged maximum", MERGE_RESCALE, merge_not_rescaled
+        ),
+        Mistake("acc is rescaled, l is not", MERGE_RESCALE, merge_sum_not_rescaled),
+        Mistake("l is rescaled, acc is not", MERGE_RESCALE, merge_acc_not_rescaled),
+        Mistake(
+            "the two parts' outputs are averaged",
+            "each part's output acc / l weighs as much as its share of exp(scores): keep the sums "
+            "unnormalised, rescale them to the merged maximum and add them.",
+            merge_outputs_averaged,
+        ),
+        Mistake(
+            "acc is divided by l in the merge, and l returned as well",
+            "return acc unnormalised: acc / l is taken once, when the output is needed.",
+            merge_normalised_acc,
+        ),
+        Mistake(
+            "the first part's maximum is the merged one",
+            "take the larger of the two maxima: against the first alone, a part with no visible key "
+            "(m = -inf) gives -inf - (-inf), and a second part far above it overflows exp.",
+            merge_first_max_as_reference,
+        ),
+        Mistake(
+            "the smaller maximum is the merged one",
+            "take the larger: exp(m_part - m) then never exceeds 1, and never overflows.",
+            merge_smaller_max_as_reference,
+        ),
+        Mistake(
+            "no maximum: the parts rescaled by exp(m_a) and exp(m_b)",
+            "exp(140) overflows float32: rescale against the larger of the two maxima.",
+            merge_without_a_max,
+        ),
+        Mistake(
+            "the factor is inverted: exp(m - m_part) instead of exp(m_part - m)",
+            "a part summed against a smaller maximum must shrink: exp(m_part - m) is at most 1.",
+            merge_correction_inverted,
         ),
     ],
 }
