@@ -7,12 +7,14 @@ Key: B batch, H heads, T sequence length, Dh head dimension, N the length of a s
 
 import math
 
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
 
 from autograder import CHECKS, evaluate, reference
 from autograder.api import live_expectations, make_cases
+from autograder.cells import grade_id
 from autograder.checks.tiled_attention import (
     CAUSAL,
     EMPTY_PART,
@@ -27,6 +29,7 @@ from autograder.checks.tiled_attention import (
     LargestIntermediate,
 )
 from autograder.core import judge
+from autograder.paths import source_notebook
 
 from .helpers.submissions import parts
 
@@ -435,3 +438,17 @@ def test_a_merge_exact_on_paper_loses_only_the_parts_where_float32_breaks_it(ans
 def test_a_merge_that_returns_something_else_than_a_state_is_told_what_a_state_is(answer, said):
     verdict = judged("11.merge_softmax_states", answer, None)
     assert not any(parts(verdict).values()) and said in verdict.message, verdict.message
+
+
+def test_the_cases_make_a_parts_state_as_the_notebooks_given_function_does():
+    """cases.attention_state is the grader's copy of the notebook's given `attention_state` (the
+    package lends students no attention): the two agree, on parts that some queries do not see too."""
+    notebook = nbformat.read(source_notebook(ASSIGNMENT), as_version=4)
+    names = dict(reference.namespace(ASSIGNMENT))  # the notebook's imports
+    exec(next(c.source for c in notebook.cells if grade_id(c) == "code_state"), names)
+    copy = reference.instructor_module(ASSIGNMENT, "cases.py").attention_state
+    q, k, v = torch.randn(3, 2, 2, 9, 4)
+    for start, stop, causal in ((0, 4, False), (4, 9, True), (0, 9, True)):
+        given = names["attention_state"](q, k, v, start, stop, causal)
+        for ours, theirs in zip(copy(q, k, v, start, stop, causal), given, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)

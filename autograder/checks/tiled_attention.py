@@ -441,16 +441,26 @@ def run_tiled_attention(tiled_attention, case: Case) -> Outputs:
     return outputs
 
 
+def _attention(run: dict, causal: bool) -> Tensor:
+    """F.scaled_dot_product_attention of a case's q, k and v, in float64."""
+    q, k, v = (run[name].double() for name in "qkv")
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _gap_beyond(got: Tensor, want: Tensor) -> float | None:
+    """How far `got` is off the float64 `want`, where that is past the accumulated rounding of
+    float32 at want's scale; None within it (a NaN is past it)."""
+    gap = (got.double() - want).abs().max().item()
+    return None if gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()) else gap
+
+
 def _matches_sdpa(case: Case, out: Outputs) -> str | None:
     i = case.inputs
     for key, run in (("output", i), ("output" + LONG, i.get("long"))):
         got = out.get(key)
         if run is None or got is None or got.shape != run["q"].shape:
             continue
-        q, k, v = (run[name].double() for name in "qkv")
-        want = F.scaled_dot_product_attention(q, k, v, is_causal=i["causal"])
-        gap = (got.double() - want).abs().max().item()
-        if not gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
+        if (gap := _gap_beyond(got, _attention(run, i["causal"]))) is not None:
             sdpa = f"F.scaled_dot_product_attention(q, k, v, is_causal={i['causal']})"
             return f"the output is off {sdpa} by up to {gap:.3g}"
     return None
@@ -598,24 +608,17 @@ def _scores(case: Case) -> Tensor:
 
 
 def _merged_is_attention(case: Case, out: Outputs) -> str | None:
-    got, q = out.get("output"), case.inputs["q"]
-    if got is None or got.shape != q.shape:
+    got = out.get("output")
+    if got is None or got.shape != case.inputs["q"].shape:
         return None
-    k, v = case.inputs["k"].double(), case.inputs["v"].double()
-    want = F.scaled_dot_product_attention(q.double(), k, v, is_causal=case.inputs["causal"])
-    gap = (got.double() - want).abs().max().item()
-    if gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
+    if (gap := _gap_beyond(got, _attention(case.inputs, case.inputs["causal"]))) is None:
         return None
     return f"acc / l of the merged state is off attention over all the keys by up to {gap:.3g}"
 
 
 def _merges_again(case: Case, out: Outputs) -> str | None:
-    got, scores = out.get("log_sum_exp"), _scores(case)
-    want = torch.logsumexp(scores, dim=-1, keepdim=True)
-    if got is None or got.shape != want.shape:
-        return None
-    gap = (got.double() - want).abs().max().item()
-    if gap <= ACCUMULATED_GAP * max(1.0, want.abs().max().item()):
+    got, want = out.get("log_sum_exp"), torch.logsumexp(_scores(case), dim=-1, keepdim=True)
+    if got is None or got.shape != want.shape or (gap := _gap_beyond(got, want)) is None:
         return None
     return (
         "m + log(l) of the merged state is off each query's log-sum-exp over all the keys by up to "

@@ -187,12 +187,11 @@ def _merge_case(name: str, inputs: dict, cuts: list[int], reverse: bool, concern
 
 
 def _opposed(g: torch.Generator, t: int, cut: int) -> dict:
-    """B=1, H=2, Dh=8. Queries 50x along one direction, the keys before `cut` along it and the others
-    against it: the two parts' maxima near +-50 sqrt(Dh), their difference far beyond exp's float32 range."""
-    k = 1 + 0.1 * torch.randn(1, 2, t, 8, generator=g)
-    k[:, :, cut:] *= -1
-    q = 50 * (1 + 0.1 * torch.randn(1, 2, t, 8, generator=g))
-    return {"q": q, "k": k, "v": torch.randn(1, 2, t, 8, generator=g), "causal": False}
+    """`_extreme`'s queries and keys (B=1, H=2, Dh=8), the keys from `cut` on turned against the
+    queries: the two parts' maxima near +-50 sqrt(Dh), their difference far beyond exp's float32 range."""
+    inputs = {**_extreme(g, 1.0, 1, 2, t, 8), "causal": False}
+    inputs["k"][:, :, cut:] *= -1
+    return inputs
 
 
 def _randint(g: torch.Generator, low: int, high: int) -> int:
