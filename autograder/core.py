@@ -235,6 +235,9 @@ class Check:
     answer: str = ""  # grade_id of the answer cell; default: the part of the name after the dot
     points: float = 1.0  # the visible test cell's points in the notebook
     hidden_points: float = 2.0  # the hidden test cell's points
+    # A question added beyond the original homework: an instructor may leave it out
+    # (docs/instructors.md, "Leave out the added questions").
+    added: bool = False
     exact_dtype: bool = True
     extra_tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
     # Judges a case by a criterion of its own instead of equality with the reference (e.g. an

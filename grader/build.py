@@ -81,12 +81,13 @@ def generate_all(config: Config, chosen: list[str] | None = None) -> None:
             raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}")
 
 
-def generate_release(out: Path, chosen: list[str]) -> None:
-    """nbgrader generate_assignment for the chosen assignments, into out/<assignment>/; the files
-    of out/<assignment>/ that it no longer writes are removed."""
+def generate_release(out: Path, chosen: list[str], source: Path = SOLUTIONS) -> None:
+    """nbgrader generate_assignment for the chosen assignments of `source` (solutions/, or a copy
+    with questions left out: leave_out.py), into out/<assignment>/; the files of out/<assignment>/
+    that it no longer writes are removed."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        config = nbgrader_config(root, SOLUTIONS, root / "gradebook.db")
+        config = nbgrader_config(root, source, root / "gradebook.db")
         config.CourseDirectory.release_directory = "release"
         generate_all(config, chosen)
         for assignment in chosen:
@@ -187,18 +188,22 @@ def with_points(notebook: nbformat.NotebookNode, assignment: str) -> bool:
     return changed
 
 
-def write_snapshots(directory: Path, chosen: list[str]) -> None:
-    """The visible cases of the chosen assignments' checks, with what they should give; on one
-    thread, so that they do not depend on the machine's core count (reductions split by thread)."""
+def write_snapshots(directory: Path, chosen: list[str], left_out: frozenset[str] = frozenset()) -> None:
+    """The visible cases of the chosen assignments' checks but those `left_out`, with what they
+    should give; on one thread, so that they do not depend on the machine's core count (reductions
+    split by thread)."""
     with one_thread():
-        for name in CHECKS:
+        for name in (name for name in CHECKS if name not in left_out):
             if any(assignment.startswith(name.split(".")[0] + "_") for assignment in chosen):
                 api.write_snapshot(name, directory)
 
 
-def read_all_questions() -> dict[str, list]:
-    """Every assignment's questions, read from its source notebook."""
-    return {a: read_questions(nbformat.read(source_notebook(a), as_version=4), a) for a in assignments()}
+def read_all_questions(source: Path = SOLUTIONS) -> dict[str, list]:
+    """Every assignment's questions, read from its source notebook in `source` (solutions/, or a copy
+    with questions left out)."""
+    return {
+        a: read_questions(nbformat.read(source / a / f"{a}.ipynb", as_version=4), a) for a in assignments()
+    }
 
 
 DOCS = REPO / "docs"

@@ -119,13 +119,16 @@ def summary_line(r: Result) -> str:
 
 def _list(args) -> int:
     from autograder.checks import CHECKS
+    from grader.leave_out import left_out, standing
 
+    checks_left_out = left_out()
     if args.points:
-        print(points_table())
+        print(points_table(checks_left_out))
         return 0
     for name, check in CHECKS.items():
         points = f"{check.points:g} visible + {check.hidden_points:g} hidden points"
-        print(f"{name:<28} {check.target_source:<30} {points}")
+        mark = standing(check, checks_left_out)  # added beyond the homework, left out by course.toml
+        print(f"{name:<28} {check.target_source:<30} {points:<30} {mark}".rstrip())
     return 0
 
 
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_student_commands(sub)  # check, progress
 
-    p = sub.add_parser("list", help="list the checks")
+    p = sub.add_parser("list", help="list the checks: added beyond the homework, left out by course.toml")
     p.add_argument("--points", action="store_true", help="how each check's points split (Markdown)")
     p.set_defaults(func=_list)
 

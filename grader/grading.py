@@ -54,6 +54,7 @@ from autograder.exchange import remove_tree
 from autograder.paths import assignments
 from autograder.printable import shown
 from autograder.sandbox import unavailable_reason
+from grader import leave_out
 from grader.dispatch.dispatch import Batch, LocalPool
 from grader.grades import Result, write_csv
 from grader.intake.inbox import IntakeFile, Submission, find_submissions, write_intake_report
@@ -105,8 +106,9 @@ def grade(
     new_folder = not out.exists()
     given = {"due": due, "late_penalty": late_penalty, "title": title, "limits": asdict(limits)}
     kept = {**settings(out), **{k: v for k, v in given.items() if v is not None}}
-    # A wrong flag or an unreadable roster stops the run here, before anything is written.
+    # A wrong flag, an unreadable roster or a bad course.toml stops the run here, before anything is written.
     LatePolicy.parse(kept.get("due"), kept.get("late_penalty"))
+    checks_left_out = leave_out.left_out()
     kept = save_settings(out, {**kept, "roster": keep_roster(out, roster) or kept.get("roster")})
     work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "case_seed"
@@ -121,7 +123,7 @@ def grade(
     write_intake_report(out / "intake.csv", intake.files)
     if exports := Counter(s.lms for s in intake.submissions if s.lms):
         save_settings(out, {**kept, "lms": exports.most_common(1)[0][0]})
-    template = prepare_template(work)
+    template = prepare_template(work, checks_left_out)
     batch = _start_batch(work)
     try:
         tasks = _to_grade(intake.submissions, out, template, limits, seed, again)

@@ -9,7 +9,8 @@
 
 Everything that comes from solutions/ is made again from it here, as `course build` makes it (the
 notebooks by nbgrader, the visible cases with what they should give, the questions), so that a
-notebook edited in notebooks/ or a stale snapshot cannot slip into a release. images/ is not
+notebook edited in notebooks/ or a stale snapshot cannot slip into a release; without the questions
+course.toml leaves out (leave_out.py), which `course grade` leaves out too. images/ is not
 shipped as a whole: its figures are the reference solution's outputs, some of them graded answers.
 
 The package is `autograder/` as it is: the checks (run and judge), self-study and progress, and the
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from autograder import language_model
 from autograder.paths import IMAGES, REPO, assignments
-from grader import TEMPLATES
+from grader import TEMPLATES, leave_out
 
 PACKAGE = REPO / "autograder"  # what a student's kernel and commands import: shipped whole
 # Trained by `course build` (minutes): copied, not made again.
@@ -50,11 +51,21 @@ def release(out: Path) -> list[Path]:
     out = Path(out).absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
+    from grader.build import INSTRUCTOR_ONLY  # mistakes, cases, alternatives: nbgrader ignores them anyway
+
+    checks_left_out = leave_out.left_out()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:
+    # The source notebooks as released, away from `out`'s folder: a run killed midway leaves no
+    # solutions beside the students' bundle.
+    with (
+        tempfile.TemporaryDirectory() as sources,
+        tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp,
+    ):
+        source = Path(sources) / "solutions"
+        leave_out.copy_solutions(source, checks_left_out, ignore=INSTRUCTOR_ONLY)
         bundle = Path(tmp) / "bundle"
-        write_notebooks(bundle / "notebooks")
-        write_package(bundle / "checks")
+        write_notebooks(bundle / "notebooks", source)
+        write_package(bundle / "checks", source, checks_left_out)
         wheel = build_wheel(bundle / "checks", bundle)
         (bundle / "environment.yml").write_text(environment_yml(), encoding="utf-8")
         (bundle / "requirements.txt").write_text(requirements_txt(), encoding="utf-8")
@@ -66,13 +77,14 @@ def release(out: Path) -> list[Path]:
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def write_notebooks(target: Path) -> None:
-    """The student notebooks, made by nbgrader from solutions/, and the figures their text links."""
+def write_notebooks(target: Path, source: Path) -> None:
+    """The student notebooks, made by nbgrader from `source` (solutions/ without the questions left
+    out), and the figures their text links."""
     import nbformat
 
     from grader.build import generate_release
 
-    generate_release(target, assignments())  # not build.INSTRUCTOR_ONLY (mistakes, cases, alternatives)
+    generate_release(target, assignments(), source)
     linked = set()
     for path in target.rglob("*.ipynb"):
         for cell in nbformat.read(path, as_version=4).cells:
@@ -86,9 +98,10 @@ def write_notebooks(target: Path) -> None:
 # ------------------------------------------------------------------------------ the package
 
 
-def write_package(target: Path) -> None:
+def write_package(target: Path, source: Path, checks_left_out: frozenset[str]) -> None:
     """The student's modules (autograder/, copied) and the data they read: the visible cases and the
-    questions made again from solutions/, the course's checkpoint."""
+    questions made again from `source` (solutions/ without the questions left out), but for the
+    checks left out, and the course's checkpoint."""
     from autograder.progress import write_questions
     from grader.build import read_all_questions, write_snapshots
 
@@ -96,8 +109,8 @@ def write_package(target: Path) -> None:
     for module in sorted(PACKAGE.rglob("*.py")):
         (package / module.relative_to(PACKAGE)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(module, package / module.relative_to(PACKAGE))
-    write_snapshots(package / "expected", assignments())
-    write_questions(package / "expected" / "questions.json", read_all_questions())
+    write_snapshots(package / "expected", assignments(), checks_left_out)
+    write_questions(package / "expected" / "questions.json", read_all_questions(source))
     (package / CHECKPOINT).parent.mkdir(parents=True)
     shutil.copyfile(PACKAGE / CHECKPOINT, package / CHECKPOINT)
     (target / "pyproject.toml").write_text(package_pyproject(), encoding="utf-8")

@@ -629,6 +629,7 @@ def _merges_again(case: Case, out: Outputs) -> str | None:
 
 MERGE_SOFTMAX_STATES = Check(
     name="11.merge_softmax_states",
+    added=True,
     target="merge_softmax_states",
     run=run_merge,
     extra_tolerance={torch.float32: LARGE_LOGITS},

@@ -30,10 +30,11 @@ import nbgrader
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
+from autograder.cells import grade_id
 from autograder.paths import SOLUTIONS
 from autograder.printable import shown, shown_json, shown_lines, shown_text
 from autograder.sandbox import write_font_list
-from grader import build
+from grader import build, leave_out
 from grader.build import generate_all, nbgrader_config
 from grader.grades import Result, failed
 from grader.notebook.clean import notebook_metadata
@@ -54,6 +55,8 @@ class Limits:
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
 TEMPLATES_KEPT = 4  # generated templates kept in the user's cache (2.3 MB each)
+# In a template: the checks course.toml left out, and the grade ids of their cells by assignment
+LEFT_OUT = "left_out.json"
 
 
 @dataclass(frozen=True)
@@ -105,27 +108,43 @@ def solutions_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def prepare_template(work: Path) -> Path:
-    """nbgrader's gradebook with every assignment, in `work`; each notebook is graded in a copy of
-    it. Generating it takes about 8 s, so it is copied from the user's cache (template_cache) where
-    a batch graded with the same solutions and nbgrader stored it, and stored there otherwise."""
+def prepare_template(work: Path, checks_left_out: frozenset[str] | None = None) -> Path:
+    """nbgrader's gradebook with every assignment, without the questions left out (default:
+    course.toml's), in `work`; each notebook is graded in a copy of it. Generating it takes about 8 s,
+    so it is copied from the user's cache (template_cache) where a batch graded with the same
+    solutions, questions left out and nbgrader stored it, and stored there otherwise."""
     template = work / "template"
     fingerprint = solutions_fingerprint()
+    checks_left_out = leave_out.left_out() if checks_left_out is None else checks_left_out
     if (template / "gradebook.db").exists():
         if (template / "solutions_sha256").read_text() != fingerprint:
             raise SystemExit(
                 f"solutions/ changed since {work.parent} was first graded; grade into a new output folder"
             )
+        if (then := left_out_of(template)["checks"]) != sorted(checks_left_out):
+            raise SystemExit(
+                f"course.toml leaves out other questions than when {work.parent} was first graded (then: "
+                f"{', '.join(then) or 'none'}; now: {', '.join(sorted(checks_left_out)) or 'none'}): the "
+                "points graded would disagree; set it back, or grade into a new output folder "
+                '(docs/instructors.md, "Leave out the added questions")'
+            )
         return template
     staging = work / "template.partial"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        shutil.copytree(_cached_template(fingerprint), staging)
+        shutil.copytree(_cached_template(fingerprint, checks_left_out), staging)
     except OSError:  # no cache to write to (a read-only home): generated here, as the first batch does
         shutil.rmtree(staging, ignore_errors=True)
-        _generate_template(staging, fingerprint)
+        _generate_template(staging, fingerprint, checks_left_out)
     staging.rename(template)
     return template
+
+
+def left_out_of(template: Path) -> dict:
+    """What a template left out: {"checks": [names], "cells": {assignment: [grade ids]}}; nothing
+    for a template made before questions could be left out."""
+    path = template / LEFT_OUT
+    return json.loads(path.read_text()) if path.exists() else {"checks": [], "cells": {}}
 
 
 def template_cache() -> Path:
@@ -135,19 +154,21 @@ def template_cache() -> Path:
     return root / "transformer-internals" / "templates"
 
 
-def _cached_template(fingerprint: str) -> Path:
-    """The cache's template for these solutions, this nbgrader and this build of its settings,
-    generated there first if it has none. Batches running at once may both generate it: the first
-    rename wins, and the other's copy is dropped."""
-    digest = hashlib.sha256(f"{fingerprint}\0{nbgrader.__version__}\0".encode())
+def _cached_template(fingerprint: str, checks_left_out: frozenset[str]) -> Path:
+    """The cache's template for these solutions, these questions left out, this nbgrader and this
+    build of its settings, generated there first if it has none. Batches running at once may both
+    generate it: the first rename wins, and the other's copy is dropped."""
+    left_out = "\0".join(sorted(checks_left_out))
+    digest = hashlib.sha256(f"{fingerprint}\0{nbgrader.__version__}\0{left_out}\0".encode())
     digest.update(Path(build.__file__).read_bytes())  # nbgrader's settings for the course
+    digest.update(Path(leave_out.__file__).read_bytes())  # which cells a question left out takes
     cache = template_cache()
     entry = cache / digest.hexdigest()[:32]
     if not (entry / "solutions_sha256").exists():
         cache.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix="partial-", dir=cache))
         try:
-            _generate_template(staging, fingerprint)
+            _generate_template(staging, fingerprint, checks_left_out)
             staging.rename(entry)
         except OSError:
             if not (entry / "solutions_sha256").exists():
@@ -159,8 +180,9 @@ def _cached_template(fingerprint: str) -> Path:
     return entry
 
 
-def _generate_template(folder: Path, fingerprint: str) -> None:
-    shutil.copytree(SOLUTIONS, folder / "source", ignore=shutil.ignore_patterns("__pycache__"))
+def _generate_template(folder: Path, fingerprint: str, checks_left_out: frozenset[str]) -> None:
+    cells = leave_out.copy_solutions(folder / "source", checks_left_out)
+    (folder / LEFT_OUT).write_text(json.dumps({"checks": sorted(checks_left_out), "cells": cells}))
     generate_all(nbgrader_config(folder, folder / "source", folder / "gradebook.db"))
     (folder / "solutions_sha256").write_text(fingerprint)  # last: a folder without it is incomplete
 
@@ -353,6 +375,13 @@ class Worker:
         except Exception as error:
             reason = f"not a readable notebook: {str(error).splitlines()[0][:200]}"
             return Graded(failed(student, assignment, reason), reason)
+        # The cells of a question left out (a notebook of the full course), never run: nbgrader would
+        # keep them ungraded (Canonicalize) and run the student's code of a question nobody grades.
+        left_out = set(left_out_of(self.template)["cells"].get(assignment, []))
+        if dropped := [grade_id(c) for c in notebook.cells if grade_id(c) in left_out]:
+            notebook.cells = [c for c in notebook.cells if grade_id(c) not in left_out]
+            note = f"[course] cells of questions left out (course.toml), not run: {', '.join(dropped)}"
+            notes = "\n".join(filter(None, [notes, note]))
         submitted = run / "submitted" / student / assignment / f"{assignment}.ipynb"
         submitted.parent.mkdir(parents=True)
         nbformat.write(notebook, submitted)
