@@ -11,7 +11,8 @@ failing, 1 being the edge:
   every value, with the check's tolerance for the output's dtype (what torch.isclose allows);
 - a check judged by a criterion: a measure of its own (CRITERION_MARGINS);
 - 09.generate, whose sampled draws are measurements judged by a property: that property's own
-  ratio (CRITERION_MARGINS too).
+  ratio (CRITERION_MARGINS too); 09.top_p's draws the same way, its other cases by the tolerance
+  (MEASURED_MARGINS).
 The K seeds of the largest margin, and each answer's worst seed, are written to
 tests/helpers/hardest_seeds.json with the answers' names and a fingerprint of the cases they draw;
 `test_correct_answers_never_fail_by_chance` runs them on every test run and fails when the
@@ -86,6 +87,19 @@ def sampled_margin(case: Case, result: Outputs) -> float:
     return math.inf if margins is None else float(margins.max())
 
 
+def nucleus_draws_margin(case: Case, result: Outputs) -> float | None:
+    """09.top_p's draws, measured as 09.generate's: the largest count away from what the nucleus
+    gives, over the property's bound (kv_cache.draw_margins); None for its cases compared with the
+    reference (top_p_filter's), which take the tolerance margin."""
+    if case.concern != kv_cache.DRAWS:
+        return None
+    return float(kv_cache.draw_margins(case, result["draws"], case.inputs["nucleus"]).max())
+
+
+# Checks with some cases whose outputs are measured, judged by properties: their margin, or None
+# for a case compared with the reference.
+MEASURED_MARGINS = {"09.top_p": nucleus_draws_margin}
+
 CRITERION_MARGINS = {
     "00.spirals": spirals_margin,
     "08.smoke_test": smoke_margin,
@@ -116,15 +130,20 @@ def scan(name: str, seeds: range) -> tuple[dict[tuple[str, int], float], list[st
                 continue
             margins[answer_name, seed] = max(
                 (
-                    CRITERION_MARGINS[name](case, result)
-                    if name in CRITERION_MARGINS
-                    else tolerance_margin(check, result, want.reference)
+                    _margin(name, check, case, result, want)
                     for case, result, want in zip(cases, results, expected, strict=True)
                     if _passes_alone(check, case, result, want)
                 ),
                 default=0.0,
             )
     return margins, failures
+
+
+def _margin(name: str, check: Check, case: Case, result: Outputs, want: Expectation) -> float:
+    if name in CRITERION_MARGINS:
+        return CRITERION_MARGINS[name](case, result)
+    measured = MEASURED_MARGINS[name](case, result) if name in MEASURED_MARGINS else None
+    return tolerance_margin(check, result, want.reference) if measured is None else measured
 
 
 def _passes_alone(check: Check, case: Case, result: Outputs | str, want: Expectation) -> bool:

@@ -565,3 +565,128 @@ def test_the_notebooks_benchmark_figure_draws_the_committed_measurements():
         "with cache": [round(row["ms_cached"], 2) for row in rows],
         "without cache": [round(row["ms_uncached"], 2) for row in rows],
     }, "copy the benchmark's numbers into the notebook again"
+
+
+# ---------------------------------------------------------------------------- nucleus sampling
+
+cases_09 = reference.instructor_module(ASSIGNMENT, "cases.py")
+
+
+@cache
+def reference_09() -> dict:
+    """The reference's answers to notebook 09 (running its cells takes seconds: once)."""
+    return reference.namespace(ASSIGNMENT)
+
+
+def draws_cases(seed: int):
+    return [c for c in make_cases("09.top_p", hidden=True, seed=seed) if c.concern == kc.DRAWS]
+
+
+def test_the_cases_nucleus_is_the_notebooks():
+    """The draws are judged against the nucleus cases.py works out (pairwise, in float64, no sort):
+    it must be the notebook's top_p_filter, ties and edges included, on every case of many seeds."""
+    top_p_filter = reference_09()["top_p_filter"]
+    for seed in range(40):
+        for case in make_cases("09.top_p", hidden=True, seed=seed):
+            i = case.inputs
+            probabilities, top_p = (
+                (i["tempered"], i["top_p"])
+                if case.concern == kc.DRAWS
+                else (
+                    i["probabilities"],
+                    i["top_p"],
+                )
+            )
+            want = cases_09.nucleus(probabilities, top_p)
+            assert torch.equal(top_p_filter(probabilities, top_p) > 0, want > 0), (seed, case.name)
+            assert torch.allclose(top_p_filter(probabilities, top_p), want, atol=1e-6), (seed, case.name)
+
+
+def _nucleus_of(logits, temperature, top_k, top_p):
+    names = reference_09()
+    return names["top_p_filter"](names["sampling_distribution"](logits, temperature, top_k), top_p)
+
+
+def _top_p_before_the_temperature(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    kept = _nucleus_of(logits, 1.0, top_k, top_p) > 0
+    probabilities = reference_09()["sampling_distribution"](logits, temperature, top_k) * kept
+    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]
+
+
+def test_the_reference_draws_pass_and_top_p_before_the_temperature_fails_on_many_seeds():
+    """The draws property (5 standard errors and 5 draws, as 09.generate's) passes the reference's
+    draws on the hidden cases of 200 seeds, and fails the same sampler with top-p taken before the
+    temperature on each of them: every case moves a tenth of a row's probability (cases.py)."""
+    sample_next = reference_09()["sample_next"]
+    false_failures, missed = [], []
+    for seed in range(200):
+        cases = draws_cases(seed)
+        for case in cases:
+            draws, _ = kc._drawn(sample_next, case, case.inputs["seed"])
+            if failure := kc._follow_the_nucleus(case, dict.fromkeys(kc.DRAWN_KEYS, draws)):
+                false_failures.append((seed, case.name, failure))
+        caught = [
+            kc._follow_the_nucleus(case, dict.fromkeys(kc.DRAWN_KEYS, draws))
+            for case in cases
+            for draws, _ in [kc._drawn(_top_p_before_the_temperature, case, case.inputs["seed"])]
+        ]
+        if not any(caught):
+            missed.append(seed)
+    assert not false_failures, false_failures[:3]
+    assert not missed, missed
+
+
+def _filter_then_temperature(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    probabilities = top_p_filter(sampling_distribution(logits, 1.0, top_k), top_p)  # noqa: F821
+    return torch.multinomial(probabilities ** (1 / temperature), 1, generator=generator)[:, 0]
+
+
+def _unseeded(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    return torch.multinomial(_nucleus_of(logits, temperature, top_k, top_p), 1)[:, 0]
+
+
+def _top_k_ignored(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    return torch.multinomial(_nucleus_of(logits, temperature, None, top_p), 1, generator=generator)[:, 0]
+
+
+def _probabilities_returned(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    return _nucleus_of(logits, temperature, top_k, top_p)
+
+
+@pytest.mark.parametrize(
+    ("sample_next", "named"),
+    [
+        (_top_p_before_the_temperature, "the draws follow top-p taken on softmax(top-k(logits)) before"),
+        (_filter_then_temperature, "sample_next called top_p_filter on other probabilities"),
+        (_unseeded, "draw with generator=generator"),
+        (_top_k_ignored, "(outside the nucleus) was drawn"),
+        (_probabilities_returned, "expected one token id per row"),
+    ],
+    ids=[
+        "top-p before the temperature",
+        "the filter before the temperature",
+        "unseeded",
+        "top-k ignored",
+        "probabilities",
+    ],
+)
+def test_a_wrong_sample_next_loses_only_the_draws_and_is_told_why(sample_next, named):
+    top_p_filter = reference_09()["top_p_filter"]
+    for seed in SEEDS:
+        with torch.random.fork_rng():
+            result = verdict("09.top_p", (top_p_filter, sample_next), seed)
+        assert parts(result) == {kc.NUCLEUS: True, kc.EDGES: True, kc.DRAWS: False}, result.message
+        assert named in result.message, result.message
+
+
+def test_a_bug_of_question_5_or_of_top_p_filter_costs_the_draws_nothing():
+    """sample_next calls both: stand-ins take their place for its draws, so that each bug is charged
+    once, in its own question or concern."""
+    wrong_sampling = mistake("09.sampling_distribution", "_temperature_ignored")
+    wrong_filter = mistake("09.top_p", "_least_likely_kept")[0]
+    names = notebook_names()
+    names["sampling_distribution"] = wrong_sampling
+    names["top_p_filter"] = wrong_filter
+    for seed in SEEDS:
+        result = verdict("09.top_p", (names["top_p_filter"], names["sample_next"]), seed)
+        assert parts(result) == {kc.NUCLEUS: False, kc.EDGES: False, kc.DRAWS: True}, result.message

@@ -12,6 +12,7 @@ prefill of the whole sequence.
 """
 
 import contextlib
+import math
 import operator
 
 import torch
@@ -537,10 +538,10 @@ def _first_token_logits(case: Case) -> Tensor:
 
 
 def _kept(logits: Tensor, top_k: int | None) -> Tensor:
-    """The logits sampling keeps: top_k's, the others -inf."""
+    """The logits (..., V) sampling keeps: top_k's, the others -inf."""
     if top_k is None:
         return logits
-    return logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
+    return logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
 
 
 SAMPLED_KEYS = ("sampled", "sampled_again", "sampled_other_seed")
@@ -590,9 +591,7 @@ def step_margins(case: Case, tokens: Tensor, calls: Tensor | None = None) -> Ten
         if bool(((last >= 0) & (last < len(i["position_bias"]))).all()):
             positions = last
     logits = i["table"][before] + i["position_bias"][positions]  # (B, N, V)
-    if i["top_k"] is not None:
-        logits = logits.masked_fill(logits < logits.topk(i["top_k"], dim=-1).values[..., -1:], float("-inf"))
-    probabilities = torch.softmax(logits.double() / i["temperature"], dim=-1)  # (B, N, V)
+    probabilities = torch.softmax(_kept(logits, i["top_k"]).double() / i["temperature"], dim=-1)  # (B, N, V)
     drawn = nn.functional.one_hot(tokens[:, p:], v).double()  # (B, N, V)
     off = (drawn - probabilities).sum(0).abs()  # (N, V)
     return off / (5 * (probabilities * (1 - probabilities)).sum(0).sqrt() + 5)
@@ -728,4 +727,213 @@ GENERATE = Check(
     ],
 )
 
-CHECKS = [ROPE_POSITIONS, REPEAT_KV, KV_CACHE, CACHE_BYTES, SAMPLING, GENERATE]
+# ------------------------------------------------------------------ nucleus (top-p) sampling
+
+NUCLEUS = "top_p_filter keeps the smallest set of most likely tokens that reaches top_p, renormalised"
+EDGES = (
+    "the edges: tokens tied at the nucleus's edge kept together, top_p = 1 keeps all, top_p near 0 the argmax"
+)
+DRAWS = "sample_next: temperature and top-k, then top-p, drawn from the generator"
+
+
+def run_top_p(targets, case: Case) -> Outputs:
+    top_p_filter, sample_next = targets
+    i = case.inputs
+    if case.concern != DRAWS:
+        return {"probabilities": top_p_filter(i["probabilities"].clone(), i["top_p"])}
+    # sampling_distribution (Question 5) and top_p_filter are graded on their own: stand-ins take
+    # their place here, so that a bug of theirs costs this concern nothing (what sample_next writes
+    # out itself is its own).
+    stand_ins = {"sampling_distribution": _tempered, "top_p_filter": _nucleus_stand_in(case)}
+    with names_replaced(sample_next, stand_ins):
+        draws, drew = _drawn(sample_next, case, i["seed"])
+        again, _ = _drawn(sample_next, case, i["seed"])
+        other, _ = _drawn(sample_next, case, i["seed"] + 1)
+    return {
+        "draws": draws,
+        "draws_again": again,
+        "draws_other_seed": other,
+        "generator_used": torch.tensor(int(drew)),
+    }
+
+
+def _drawn(sample_next, case: Case, seed: int) -> tuple[Tensor, bool]:
+    """sample_next's tokens for every row of the case (each distinct row repeated), as (B,), and
+    whether it drew from its generator. A (B, 1) column, as torch.multinomial gives, is taken too."""
+    i = case.inputs
+    generator = torch.Generator().manual_seed(seed)
+    before = generator.get_state()
+    logits = i["rows"].repeat_interleave(i["repeats"], dim=0)
+    tokens = _plain(sample_next(logits, i["temperature"], i["top_k"], i["top_p"], generator), "")
+    if tokens.dim() == 2 and tokens.shape[1] == 1:
+        tokens = tokens[:, 0]
+    return tokens, not torch.equal(before, generator.get_state())
+
+
+def _tempered(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+    """Question 5's distribution, softmax(top-k(logits) / temperature), at a temperature above 0."""
+    return torch.softmax(_kept(logits, top_k).double() / temperature, dim=-1).to(logits.dtype)
+
+
+def _nucleus_stand_in(case: Case):
+    """top_p_filter for the one call this case makes: on what Question 5 gives for its logits, the
+    nucleus the case holds (worked out on the grader's side). Any other call is not the order asked."""
+    i = case.inputs
+    tempered = i["tempered"].repeat_interleave(i["repeats"], dim=0)
+    nucleus = i["nucleus"].repeat_interleave(i["repeats"], dim=0)
+
+    def top_p_filter(probabilities, top_p):
+        if (
+            isinstance(probabilities, Tensor)
+            and probabilities.shape == tempered.shape
+            and top_p == i["top_p"]
+            and torch.allclose(probabilities.detach().double(), tempered.double(), atol=1e-5)
+        ):
+            return nucleus.clone().to(probabilities.dtype)
+        raise NotAsAsked(
+            "sample_next called top_p_filter on other probabilities than sampling_distribution(logits, "
+            "temperature, top_k) gives: top-p comes last, on the distribution after temperature and top-k"
+        )
+
+    return top_p_filter
+
+
+DRAWN_KEYS = ("draws", "draws_again", "draws_other_seed")
+
+
+def _draws_form(case: Case, out: Outputs) -> str | None:
+    i = case.inputs
+    rows = len(i["rows"]) * i["repeats"]
+    for key in DRAWN_KEYS:
+        got = out.get(key)
+        if got is None:
+            return f"{TOP_P.describe(key)} did not come back"
+        if tuple(got.shape) != (rows,) or got.dtype != torch.long:
+            return (
+                f"{TOP_P.describe(key)} has shape {tuple(got.shape)} and dtype {got.dtype}: expected one "
+                f"token id per row of the logits, ({rows},), torch.long"
+            )
+        if bool(((got < 0) | (got >= i["rows"].shape[1])).any()):
+            return (
+                f"{TOP_P.describe(key)} holds a value that is not a token id (0 .. {i['rows'].shape[1] - 1})"
+            )
+    return None
+
+
+def _counts(case: Case, draws: Tensor) -> Tensor:
+    """(R, V): how often each token was drawn for each distinct row of the case."""
+    i = case.inputs
+    return nn.functional.one_hot(draws.view(len(i["rows"]), i["repeats"]), i["rows"].shape[1]).sum(1)
+
+
+def draw_margins(case: Case, draws: Tensor, distribution: Tensor) -> Tensor:
+    """(R, V): for each distinct row of the case and each token, how far its count among the row's
+    draws is from what `distribution` (R, V) gives, over 5 standard errors plus 5 draws (as
+    step_margins); above 1 fails."""
+    n, p = case.inputs["repeats"], distribution.double()
+    return (_counts(case, draws) - n * p).abs() / (5 * (n * p * (1 - p)).sqrt() + 5)
+
+
+def _follow_the_nucleus(case: Case, out: Outputs) -> str | None:
+    draws, i = out.get("draws"), case.inputs
+    if draws is None or _draws_form(case, out):
+        return None  # the form property says why
+    margins, counts = draw_margins(case, draws, i["nucleus"]), _counts(case, draws)
+    outside = (counts > 0) & (i["nucleus"] == 0)  # never drawn by a right answer, whatever the seed
+    if not outside.any() and bool((margins <= 1).all()):
+        return None
+    if bool((draw_margins(case, draws, i["top_p_first"]) <= 1).all()):
+        return (
+            "the draws follow top-p taken on softmax(top-k(logits)) before the temperature: the "
+            "temperature changes which tokens reach top_p, so it comes first, then top-k, then top-p"
+        )
+    worst = outside.nonzero()[0] if outside.any() else divmod(int(margins.argmax()), margins.shape[1])
+    row, token = (int(n) for n in worst)
+    want = float(i["nucleus"][row, token])
+    where = "outside the nucleus" if want == 0 else f"of probability {want:.3f} in the nucleus"
+    return (
+        f"token {token} ({where}) was drawn {int(counts[row, token])} times in {i['repeats']} draws from "
+        f"row {row}, far from what the nucleus of softmax(top-k(logits) / temperature) gives"
+    )
+
+
+def _draws_reproducible(case: Case, out: Outputs) -> str | None:
+    a, b = out.get("draws"), out.get("draws_again")
+    if a is None or b is None or a.shape != b.shape or torch.equal(a, b):
+        return None
+    return "two calls with generators seeded alike drew different tokens: draw with generator=generator"
+
+
+def _draws_seeded(case: Case, out: Outputs) -> str | None:
+    a, b, used = out.get("draws"), out.get("draws_other_seed"), out.get("generator_used")
+    if used is not None and int(used) == 0:
+        return "sample_next never drew from the generator it was given: draw with generator=generator"
+    if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+        return None
+    # Two right calls draw alike with probability prod over rows of (sum p^2)^repeats: never, but
+    # for rows whose nucleus is one token.
+    alike = case.inputs["repeats"] * (case.inputs["nucleus"].double() ** 2).sum(-1).log().sum()
+    if alike > math.log(1e-9):
+        return None
+    return "two calls with generators seeded differently drew the same tokens: draw with generator=generator"
+
+
+def _nucleus_rows_sum_to_one(case: Case, out: Outputs) -> str | None:
+    p = out.get("probabilities")
+    if p is None or p.shape != case.inputs["probabilities"].shape:
+        return None
+    gap = (p.double().sum(-1) - 1).abs().max().item()
+    return None if gap <= FLOAT32_GAP else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
+
+
+TOP_P = Check(
+    name="09.top_p",
+    target=("top_p_filter", "sample_next"),
+    run=run_top_p,
+    added=True,
+    concerns=[Concern(NUCLEUS, weight=2), Concern(EDGES, weight=1), Concern(DRAWS, weight=1)],
+    outputs={
+        "probabilities": "the tensor of probabilities top_p_filter returned",
+        "draws": "sample_next's tokens",
+        "draws_again": "the tokens of a second call, seeded alike",
+        "draws_other_seed": "the tokens of a call seeded differently",
+        "generator_used": "whether sample_next drew from its generator",
+    },
+    measured=(*DRAWN_KEYS, "generator_used"),
+    properties=[
+        Property("each row sums to 1", _nucleus_rows_sum_to_one),
+        Property("sample_next returns one token id per row", _draws_form, concern=DRAWS),
+        Property(
+            "the draws follow the nucleus of softmax(top-k(logits) / temperature)",
+            _follow_the_nucleus,
+            concern=DRAWS,
+        ),
+        Property("the same seed draws the same tokens", _draws_reproducible, concern=DRAWS),
+        Property(
+            "the generator given is drawn from, and another seed draws other tokens",
+            _draws_seeded,
+            concern=DRAWS,
+        ),
+    ],
+    error_hints=[
+        ErrorHint(
+            "invalid multinomial distribution",
+            "a row has no probability left: the nucleus always holds the most likely token, whatever top_p.",
+        ),
+    ],
+    hints=[
+        "Rank the tokens from the most likely down and add up their probabilities as you go: which tokens "
+        "are needed before the running sum reaches top_p? The one that crosses top_p is one of them.",
+        "Test it: top_p_filter(torch.tensor([[0.5, 0.3, 0.2]]), 0.6) keeps the first two ([[0.625, 0.375, "
+        "0]]); with [[0.4, 0.3, 0.3]] and 0.5 all three stay (the two 0.3 tie); top_p=1 changes nothing; "
+        "top_p=1e-6 keeps the argmax alone.",
+        "A token is kept when the probability of the tokens ranked above it is below top_p: sort "
+        "descending, cumsum minus the token's own probability, compare with top_p; the smallest kept "
+        "probability is the edge, and every token at least that likely stays (ties). Zero the rest and "
+        "divide by the row's sum. sample_next: top_p_filter(sampling_distribution(logits, temperature, "
+        "top_k), top_p), then torch.multinomial(..., 1, generator=generator)[:, 0].",
+    ],
+)
+
+
+CHECKS = [ROPE_POSITIONS, REPEAT_KV, KV_CACHE, CACHE_BYTES, SAMPLING, GENERATE, TOP_P]

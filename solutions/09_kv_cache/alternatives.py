@@ -517,6 +517,66 @@ def sampling_distribution_log(logits, temperature, top_k):
     return sampling_where(logits, temperature, top_k).log()
 
 
+# ---------------------------------------------------------------------- nucleus sampling
+
+
+def nucleus_pairwise(probabilities, top_p):
+    """No sort: a token stays when the tokens strictly more likely than it hold less than top_p."""
+    if top_p >= 1:
+        return probabilities
+    more_likely = probabilities.unsqueeze(-2) > probabilities.unsqueeze(-1)  # [.., i, j]: j above i
+    above = (more_likely * probabilities.unsqueeze(-2)).sum(-1)
+    kept = torch.where(above < top_p, probabilities, torch.zeros_like(probabilities))
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def nucleus_ascending(probabilities, top_p):
+    """As transformers writes it, from the least likely up: drop the tail that holds at most
+    1 - top_p; then every token as likely as the least likely one kept."""
+    ascending = probabilities.sort(dim=-1).values
+    tail = ascending.cumsum(dim=-1) <= 1 - top_p
+    edge = ascending.masked_fill(tail, float("inf")).amin(-1, keepdim=True)
+    kept = probabilities * (probabilities >= edge)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def nucleus_scatter(probabilities, top_p):
+    """The ranks' mask scattered back to the vocabulary's order, widened to the ties of its edge."""
+    ranked, order = probabilities.sort(dim=-1, descending=True)
+    kept_ranked = (ranked.cumsum(-1) - ranked) < top_p
+    kept = torch.zeros_like(kept_ranked).scatter(-1, order, kept_ranked)
+    edge = probabilities.masked_fill(~kept, 2.0).amin(-1, keepdim=True)
+    kept = kept | (probabilities == edge)
+    out = probabilities * kept
+    return out / out.sum(-1, keepdim=True)
+
+
+def _softmax_kept(logits, temperature, top_k):
+    if top_k is not None:
+        logits = logits.masked_fill(logits < torch.topk(logits, top_k).values[:, -1:], -math.inf)
+    return F.softmax(logits / temperature, dim=-1)
+
+
+def sample_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    """All written out, drawn by inverting each row's cumulative distribution with one uniform."""
+    cdf = nucleus_pairwise(_softmax_kept(logits, temperature, top_k), top_p).cumsum(dim=-1)
+    u = torch.rand(cdf.shape[0], 1, generator=generator) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)[:, 0]
+
+
+def sample_gumbel(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    """The Gumbel-max trick on the nucleus's log-probabilities."""
+    log_p = nucleus_ascending(_softmax_kept(logits, temperature, top_k), top_p).log()
+    u = torch.rand(log_p.shape, generator=generator).clamp_min(1e-20)
+    return (log_p - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def sample_column(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    """As torch.multinomial gives it: a (B, 1) column (the check takes it)."""
+    probabilities = nucleus_scatter(_softmax_kept(logits, temperature, top_k), top_p)
+    return torch.multinomial(probabilities, num_samples=1, generator=generator)
+
+
 ALTERNATIVES = {
     "09.rope_positions": [RoPEOffsetReal, RoPEStartKeyword, RoPEPositionsArange, RoPEBlockMatrices],
     "09.repeat_kv": [
@@ -543,5 +603,10 @@ ALTERNATIVES = {
         Answer("preallocated_argmax", generate_preallocated, sampling_where),
         Answer("inverse_cdf", generate_inverse_cdf, sampling_scatter),
         Answer("gumbel_max", generate_gumbel, sampling_where),
+    ],
+    "09.top_p": [
+        Answer("pairwise_inverse_cdf", nucleus_pairwise, sample_inverse_cdf),
+        Answer("ascending_gumbel", nucleus_ascending, sample_gumbel),
+        Answer("scatter_column", nucleus_scatter, sample_column),
     ],
 }

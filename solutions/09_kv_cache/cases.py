@@ -1,13 +1,18 @@
 """Notebook 09's case generators, CASES by check name: the grader's side only (autograder/reference.py)."""
 
+import contextlib
+
 import torch
 
 from autograder.checks.kv_cache import (
     CACHE,
     DECODE,
+    DRAWS,
+    EDGES,
     GQA,
     GREEDY,
     GREEDY_RUN,
+    NUCLEUS,
     PREFILL,
     ROPE_OMITTED,
     SAMPLED,
@@ -253,6 +258,152 @@ def generate_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
+# ---------------------------------------------------------------------------- nucleus sampling
+
+EDGE_GAP = 0.01  # top_p is this far from every running sum of a row: float32 cannot move the edge
+
+
+def nucleus(probabilities: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus, renormalised: a token stays when the tokens more likely than it hold less than
+    top_p (so tokens tied at the edge stay together, and the argmax always stays). Pairwise, in
+    float64: no sort whose order among ties could matter."""
+    p = probabilities.double()
+    above = (p.unsqueeze(-2) * (p.unsqueeze(-2) > p.unsqueeze(-1))).sum(-1)  # (..., V)
+    kept = p * (above < top_p) if top_p < 1 else p
+    return (kept / kept.sum(-1, keepdim=True)).to(probabilities.dtype)
+
+
+def _tempered(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    if top_k is not None:
+        logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    return torch.softmax(logits.double() / temperature, dim=-1)
+
+
+def _clear_of_the_edges(probabilities: torch.Tensor, top_p: float) -> bool:
+    running = probabilities.double().sort(dim=-1, descending=True).values.cumsum(-1)
+    return bool(((running - top_p).abs() > EDGE_GAP).all())
+
+
+def _uniform(g: torch.Generator, low: float, high: float) -> float:
+    return round(float(torch.empty(()).uniform_(low, high, generator=g)), 3)
+
+
+def _filter_case(g: torch.Generator, b: int, v: int, top_p: float | None, scale: float) -> Case:
+    """Rows whose running sums all stay EDGE_GAP away from top_p (None: drawn with each try, since a
+    long tail of small tokens leaves no such gap near 1)."""
+    for _ in range(1000):  # a few tries at most
+        p = _uniform(g, 0.2, 0.95) if top_p is None else top_p
+        probabilities = torch.softmax(torch.randn(b, v, generator=g) * scale, dim=-1)
+        if _clear_of_the_edges(probabilities, p):
+            name = f"probabilities of shape ({b}, {v}), top_p={p:g}"
+            return Case(name, {"probabilities": probabilities, "top_p": p}, concern=NUCLEUS)
+    raise RuntimeError(f"no rows of shape ({b}, {v}) found clear of top_p's edge")
+
+
+def _tie_case(g: torch.Generator, v: int) -> Case:
+    """Two tokens tie at the edge: the running sum crosses top_p at the first, and the second is as
+    likely. Both stay, whichever order a sort puts them in."""
+    logits = torch.randn(v, generator=g).sort(descending=True).values
+    edge = _int(g, 1, v - 3)
+    logits[edge + 1] = logits[edge]
+    probabilities = torch.softmax(logits, dim=-1)[torch.randperm(v, generator=g)]
+    ranked = probabilities.double().sort(descending=True).values
+    before = float(ranked[:edge].sum())
+    top_p = before + float(ranked[edge]) / 2  # inside the first tied token's share
+    name = f"{v} tokens, two of them tied at the edge of the nucleus, top_p={top_p:.4g}"
+    return Case(name, {"probabilities": probabilities.unsqueeze(0), "top_p": top_p}, concern=EDGES)
+
+
+def _edge_cases(g: torch.Generator) -> list[Case]:
+    even = torch.softmax(torch.randn(2, 6, generator=g) * 0.5, dim=-1)  # no token below 0.05
+    top_tie = torch.softmax(torch.tensor([[1.0, 3.0, -1.0, 3.0, 0.5]]), dim=-1)
+    return [
+        _tie_case(g, _int(g, 5, 9)),
+        Case(
+            "probabilities of shape (2, 6), top_p=1: every token",
+            {"probabilities": even, "top_p": 1.0},
+            concern=EDGES,
+        ),
+        Case(
+            "probabilities of shape (2, 6), top_p=1e-06: the argmax alone",
+            {"probabilities": even, "top_p": 1e-6},
+            concern=EDGES,
+        ),
+        Case(
+            "5 tokens, the two most likely tied, top_p=1e-06: both",
+            {"probabilities": top_tie, "top_p": 1e-6},
+            concern=EDGES,
+        ),
+    ]
+
+
+class NoCase(RuntimeError):
+    """Settings under which no case of the kind asked was found."""
+
+
+def _draws_case(
+    g: torch.Generator, repeats: int, temperature: float, top_k: int | None, top_p: float
+) -> Case:
+    """Three rows of logits, each drawn `repeats` times, each row's nucleus of two tokens or more. In
+    one row at least, top-p taken before the temperature moves a tenth of the probability (total
+    variation): thousands of draws show it."""
+    v = 8
+    for _ in range(200):  # a few tries, for settings that allow it
+        rows = torch.randn(3, v, generator=g) * 1.5
+        tempered, plain = _tempered(rows, temperature, top_k), _tempered(rows, 1.0, top_k)
+        top_p_first = tempered * (nucleus(plain, top_p) > 0)
+        top_p_first /= top_p_first.sum(-1, keepdim=True)
+        moved = (nucleus(tempered, top_p) - top_p_first).abs().sum(-1) / 2
+        several = bool(((nucleus(tempered, top_p) > 0).sum(-1) > 1).all())  # every row's draws vary
+        if (
+            several
+            and _clear_of_the_edges(tempered, top_p)
+            and _clear_of_the_edges(plain, top_p)
+            and moved.max() > 0.1
+        ):
+            break
+    else:
+        raise NoCase(f"no logits found whose nucleus changes with temperature {temperature}")
+    inputs = {
+        "rows": rows,
+        "repeats": repeats,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "seed": _int(g, 0, 2**31),
+        "tempered": tempered.float(),
+        "nucleus": nucleus(tempered, top_p).float(),
+        "top_p_first": top_p_first.float(),
+    }
+    settings = f"temperature={temperature:g}, top_k={top_k}, top_p={top_p:g}"
+    name = f"3 rows of {v} logits, each drawn {repeats} times: {settings}"
+    return Case(name, inputs, concern=DRAWS)
+
+
+def _random_draws_case(g: torch.Generator, repeats: int) -> Case:
+    for _ in range(100):  # settings drawn again where the temperature hardly moves the nucleus
+        temperature = _uniform(g, 0.4, 0.7) if _int(g, 0, 1) else _uniform(g, 1.5, 2.5)
+        with contextlib.suppress(NoCase):
+            return _draws_case(g, repeats, temperature, _int(g, 4, 8), _uniform(g, 0.5, 0.9))
+    raise NoCase("no settings found for a draws case")
+
+
+def top_p_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = [
+        _filter_case(g, 2, 7, 0.6, 1.5),
+        _filter_case(g, 3, 12, 0.9, 1.0),
+        _filter_case(g, 1, 5, 0.35, 2.5),
+        *_edge_cases(g),
+        _draws_case(g, 2000, 0.6, None, 0.8),
+        _draws_case(g, 2000, 1.8, 5, 0.7),
+    ]
+    if hidden:
+        cases.append(_filter_case(g, _int(g, 1, 4), _int(g, 3, 24), None, 2.0))
+        cases.append(_tie_case(g, _int(g, 5, 30)))
+        cases.append(_random_draws_case(g, 4000))
+    return cases
+
+
 CASES = {
     "09.rope_positions": rope_cases,
     "09.repeat_kv": repeat_cases,
@@ -260,4 +411,5 @@ CASES = {
     "09.cache_bytes": memory_cases,
     "09.sampling_distribution": sampling_cases,
     "09.generate": generate_cases,
+    "09.top_p": top_p_cases,
 }

@@ -702,6 +702,104 @@ GENERATE_MISTAKES = [
     ),
 ]
 
+# ---------------------------------------------------------- Question 7 (nucleus sampling)
+
+
+def _sample_next(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None):
+    """Right, as the notebook's: the check puts its own stand-ins in place of both names it calls."""
+    probabilities = top_p_filter(sampling_distribution(logits, temperature, top_k), top_p)  # noqa: F821
+    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]
+
+
+def _ranked(probabilities):
+    ranked = probabilities.sort(dim=-1, descending=True).values
+    return ranked, ranked.cumsum(dim=-1) - ranked  # the values, and what the tokens above hold
+
+
+def _nucleus_mask(probabilities, top_p):
+    """Right: the tokens at least as likely as the least likely one the running sum needs."""
+    ranked, before = _ranked(probabilities)
+    return probabilities >= ranked.masked_fill(before >= top_p, float("inf")).amin(-1, keepdim=True)
+
+
+def _crossing_dropped(probabilities, top_p):
+    ranked, before = _ranked(probabilities)
+    edge = ranked.masked_fill(before + ranked > top_p, float("inf")).amin(-1, keepdim=True)
+    kept = probabilities.masked_fill(probabilities < edge, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _not_renormalised(probabilities, top_p):
+    return probabilities.masked_fill(~_nucleus_mask(probabilities, top_p), 0.0)
+
+
+def _divided_by_top_p(probabilities, top_p):
+    return _not_renormalised(probabilities, top_p) / min(top_p, 1.0)
+
+
+def _ties_split(probabilities, top_p):
+    ranked, order = probabilities.sort(dim=-1, descending=True)
+    kept_ranked = ranked.cumsum(dim=-1) - ranked < top_p
+    kept = torch.zeros_like(kept_ranked).scatter(-1, order, kept_ranked)
+    kept_probabilities = probabilities.masked_fill(~kept, 0.0)
+    return kept_probabilities / kept_probabilities.sum(-1, keepdim=True)
+
+
+def _mask_left_in_rank_order(probabilities, top_p):
+    ranked, before = _ranked(probabilities)
+    kept = probabilities.masked_fill(before >= top_p, 0.0)  # the ranks' mask on the tokens' order
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _least_likely_kept(probabilities, top_p):
+    ranked = probabilities.sort(dim=-1).values  # ascending
+    before = ranked.cumsum(dim=-1) - ranked
+    edge = ranked.masked_fill(before >= top_p, float("-inf")).amax(-1, keepdim=True)
+    kept = probabilities.masked_fill(probabilities > edge, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _nucleus(impl):
+    return (impl, _sample_next)
+
+
+TOP_P_MISTAKES = [
+    Mistake(
+        "the token that makes the running sum reach top_p dropped (what is kept holds less than top_p)",
+        "a token stays when the tokens ranked above it hold less than top_p: the running sum before the "
+        "token, not after it.",
+        _nucleus(_crossing_dropped),
+    ),
+    Mistake(
+        "the nucleus not renormalised (the rows no longer sum to 1)",
+        "divide what is kept by its own sum, row by row.",
+        _nucleus(_not_renormalised),
+    ),
+    Mistake(
+        "the nucleus divided by top_p, not by what it holds",
+        "the kept tokens hold at least top_p, rarely exactly: divide by their own sum, row by row.",
+        _nucleus(_divided_by_top_p),
+    ),
+    Mistake(
+        "tokens tied at the edge split: the sort keeps one of them",
+        "a token as likely as the least likely one kept stays too: compare each probability with that "
+        "edge value, not each rank with the running sum alone.",
+        _nucleus(_ties_split),
+    ),
+    Mistake(
+        "the mask worked out on the sorted tokens applied to the tokens in their own order",
+        "sorting moves the tokens: bring the mask back to the vocabulary's order (the sort's indices, or "
+        "a threshold on the probabilities) before applying it.",
+        _nucleus(_mask_left_in_rank_order),
+    ),
+    Mistake(
+        "the least likely tokens kept (the sort ascending)",
+        "the nucleus starts from the most likely token: sort in descending order.",
+        _nucleus(_least_likely_kept),
+    ),
+]
+
+
 MISTAKES = {
     "09.rope_positions": ROPE_MISTAKES,
     "09.repeat_kv": REPEAT_MISTAKES,
@@ -709,4 +807,5 @@ MISTAKES = {
     "09.cache_bytes": MEMORY_MISTAKES,
     "09.sampling_distribution": SAMPLING_MISTAKES,
     "09.generate": GENERATE_MISTAKES,
+    "09.top_p": TOP_P_MISTAKES,
 }
