@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import io
 import math
 import re
@@ -641,6 +642,8 @@ def names_replaced(function: Any, replacements: dict[str, Any]):
     check puts a stand-in in place of another question's answer, so that its bugs cost that
     question alone. Nothing is replaced for an object that has no such namespace."""
     function = getattr(function, "__init__", function) if isinstance(function, type) else function
+    with contextlib.suppress(Exception):  # a decorator's wrapper (@torch.no_grad()) has torch's globals
+        function = inspect.unwrap(function)
     namespace = getattr(function, "__globals__", None)
     if not isinstance(namespace, dict):
         yield

@@ -58,7 +58,14 @@ from grader import leave_out
 from grader.dispatch.dispatch import Batch, LocalPool
 from grader.grades import Result, write_csv
 from grader.intake.inbox import IntakeFile, Submission, find_submissions, write_intake_report
-from grader.notebook.autograde import Limits, NotebookTask, UnfitWorker, grading_config, prepare_template
+from grader.notebook.autograde import (
+    Limits,
+    NotebookTask,
+    UnfitWorker,
+    grading_config,
+    prepare_template,
+    refuse_other_left_out,
+)
 from grader.record.class_list import keep_roster, missing_rows, named, people, read_roster, write_totals
 from grader.record.class_report import write_class_report
 from grader.record.feedback import write_pages
@@ -106,9 +113,11 @@ def grade(
     new_folder = not out.exists()
     given = {"due": due, "late_penalty": late_penalty, "title": title, "limits": asdict(limits)}
     kept = {**settings(out), **{k: v for k, v in given.items() if v is not None}}
-    # A wrong flag, an unreadable roster or a bad course.toml stops the run here, before anything is written.
+    # A wrong flag, an unreadable roster, a bad course.toml or one that leaves out other questions than
+    # when this folder was first graded stops the run here, before anything is written.
     LatePolicy.parse(kept.get("due"), kept.get("late_penalty"))
     checks_left_out = leave_out.left_out()
+    refuse_other_left_out(work, checks_left_out)
     kept = save_settings(out, {**kept, "roster": keep_roster(out, roster) or kept.get("roster")})
     work.mkdir(parents=True, exist_ok=True)
     seed_file = work / "case_seed"

@@ -425,12 +425,17 @@ def run_sampling(sampling_distribution, case: Case) -> Outputs:
     return {"probabilities": sampling_distribution(i["logits"].clone(), i["temperature"], i["top_k"])}
 
 
-def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
-    p = out["probabilities"]
-    if p.shape != case.inputs["logits"].shape:
+def _sums_to_one(probabilities: Tensor | None, shape: torch.Size) -> str | None:
+    """Why rows of `probabilities` do not sum to 1 (the furthest one), if they have `shape`."""
+    if probabilities is None or probabilities.shape != shape:
         return None
-    gap = (p.double().sum(-1) - 1).abs().max().item()
-    return None if gap <= FLOAT32_GAP else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
+    gaps = probabilities.double().sum(-1) - 1
+    gap = gaps.flatten()[gaps.abs().argmax()].item()
+    return None if abs(gap) <= FLOAT32_GAP else f"a row of probabilities sums to {1 + gap:.6g}, not 1"
+
+
+def _rows_sum_to_one(case: Case, out: Outputs) -> str | None:
+    return _sums_to_one(out["probabilities"], case.inputs["logits"].shape)
 
 
 def _zero_outside_top_k(case: Case, out: Outputs) -> str | None:
@@ -744,7 +749,7 @@ def run_top_p(targets, case: Case) -> Outputs:
     # sampling_distribution (Question 5) and top_p_filter are graded on their own: stand-ins take
     # their place here, so that a bug of theirs costs this concern nothing (what sample_next writes
     # out itself is its own).
-    stand_ins = {"sampling_distribution": _tempered, "top_p_filter": _nucleus_stand_in(case)}
+    stand_ins = {"sampling_distribution": tempered_distribution, "top_p_filter": _nucleus_stand_in(case)}
     with names_replaced(sample_next, stand_ins):
         draws, drew = _drawn(sample_next, case, i["seed"])
         again, _ = _drawn(sample_next, case, i["seed"])
@@ -770,32 +775,35 @@ def _drawn(sample_next, case: Case, seed: int) -> tuple[Tensor, bool]:
     return tokens, not torch.equal(before, generator.get_state())
 
 
-def _tempered(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+def tempered_distribution(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
     """Question 5's distribution, softmax(top-k(logits) / temperature), at a temperature above 0."""
     return torch.softmax(_kept(logits, top_k).double() / temperature, dim=-1).to(logits.dtype)
 
 
 def _nucleus_stand_in(case: Case):
-    """top_p_filter for the one call this case makes: on what Question 5 gives for its logits, the
-    nucleus the case holds (worked out on the grader's side). Any other call is not the order asked."""
+    """top_p_filter for sample_next's calls on this case: each row given (a (V,) row, or rows of a
+    (N, V) tensor, in the vocabulary's order) that is what Question 5 gives for one of the case's
+    logits rows becomes that row's nucleus, worked out on the grader's side. A row that is not
+    (top-p taken before the temperature or top-k, say) is not the order asked."""
     i = case.inputs
-    tempered = i["tempered"].repeat_interleave(i["repeats"], dim=0)
-    nucleus = i["nucleus"].repeat_interleave(i["repeats"], dim=0)
+    tempered, nucleus = i["tempered"].double(), i["nucleus"]
 
     def top_p_filter(probabilities, top_p):
-        if (
-            isinstance(probabilities, Tensor)
-            and probabilities.shape == tempered.shape
-            and top_p == i["top_p"]
-            and torch.allclose(probabilities.detach().double(), tempered.double(), atol=1e-5)
-        ):
-            return nucleus.clone().to(probabilities.dtype)
-        raise NotAsAsked(
-            "sample_next called top_p_filter on other probabilities than sampling_distribution(logits, "
-            "temperature, top_k) gives: top-p comes last, on the distribution after temperature and top-k"
-        )
+        if not isinstance(probabilities, Tensor) or probabilities.dim() not in (1, 2) or top_p != i["top_p"]:
+            raise NotAsAsked(f"sample_next called top_p_filter with other arguments than {NOT_AS_ASKED}")
+        rows = probabilities.detach().double().reshape(-1, tempered.shape[1])
+        same = ((rows.unsqueeze(1) - tempered.unsqueeze(0)).abs() <= 1e-5).all(-1)  # (N, R)
+        if not bool(same.any(-1).all()):
+            raise NotAsAsked(f"sample_next called top_p_filter on other probabilities than {NOT_AS_ASKED}")
+        return nucleus[same.double().argmax(-1)].reshape(probabilities.shape).to(probabilities.dtype)
 
     return top_p_filter
+
+
+NOT_AS_ASKED = (
+    "sampling_distribution(logits, temperature, top_k) and top_p give: top-p comes last, on the "
+    "distribution after the temperature and top-k"
+)
 
 
 DRAWN_KEYS = ("draws", "draws_again", "draws_other_seed")
@@ -853,7 +861,8 @@ def _follow_the_nucleus(case: Case, out: Outputs) -> str | None:
     where = "outside the nucleus" if want == 0 else f"of probability {want:.3f} in the nucleus"
     return (
         f"token {token} ({where}) was drawn {int(counts[row, token])} times in {i['repeats']} draws from "
-        f"row {row}, far from what the nucleus of softmax(top-k(logits) / temperature) gives"
+        f"row {row}, where the nucleus of softmax(top-k(logits) / temperature) expects about "
+        f"{want * i['repeats']:.0f}"
     )
 
 
@@ -879,11 +888,7 @@ def _draws_seeded(case: Case, out: Outputs) -> str | None:
 
 
 def _nucleus_rows_sum_to_one(case: Case, out: Outputs) -> str | None:
-    p = out.get("probabilities")
-    if p is None or p.shape != case.inputs["probabilities"].shape:
-        return None
-    gap = (p.double().sum(-1) - 1).abs().max().item()
-    return None if gap <= FLOAT32_GAP else f"a row of probabilities sums to 1 {'+-'[gap < 0]} {gap:.3g}"
+    return _sums_to_one(out.get("probabilities"), case.inputs["probabilities"].shape)
 
 
 TOP_P = Check(

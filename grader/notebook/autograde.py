@@ -121,13 +121,7 @@ def prepare_template(work: Path, checks_left_out: frozenset[str] | None = None) 
             raise SystemExit(
                 f"solutions/ changed since {work.parent} was first graded; grade into a new output folder"
             )
-        if (then := left_out_of(template)["checks"]) != sorted(checks_left_out):
-            raise SystemExit(
-                f"course.toml leaves out other questions than when {work.parent} was first graded (then: "
-                f"{', '.join(then) or 'none'}; now: {', '.join(sorted(checks_left_out)) or 'none'}): the "
-                "points graded would disagree; set it back, or grade into a new output folder "
-                '(docs/instructors.md, "Leave out the added questions")'
-            )
+        refuse_other_left_out(work, checks_left_out)
         return template
     staging = work / "template.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -138,6 +132,20 @@ def prepare_template(work: Path, checks_left_out: frozenset[str] | None = None) 
         _generate_template(staging, fingerprint, checks_left_out)
     staging.rename(template)
     return template
+
+
+def refuse_other_left_out(work: Path, checks_left_out: frozenset[str]) -> None:
+    """Stop if `work`'s template, made on the folder's first run, left out other questions."""
+    template = work / "template"
+    if not (template / "gradebook.db").exists():
+        return
+    if (then := left_out_of(template)["checks"]) != sorted(checks_left_out):
+        raise SystemExit(
+            f"course.toml leaves out other questions than when {work.parent} was first graded (then: "
+            f"{', '.join(then) or 'none'}; now: {', '.join(sorted(checks_left_out)) or 'none'}): the "
+            "points graded would disagree; set it back, or grade into a new output folder "
+            '(docs/instructors.md, "Leave out the added questions")'
+        )
 
 
 def left_out_of(template: Path) -> dict:

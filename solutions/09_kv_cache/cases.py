@@ -20,6 +20,7 @@ from autograder.checks.kv_cache import (
     TOP_K,
     WINDOW,
     start_position,
+    tempered_distribution,
 )
 from autograder.core import Case
 from grader.casework import random_rotation_table, reference_rotation
@@ -273,12 +274,6 @@ def nucleus(probabilities: torch.Tensor, top_p: float) -> torch.Tensor:
     return (kept / kept.sum(-1, keepdim=True)).to(probabilities.dtype)
 
 
-def _tempered(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
-    if top_k is not None:
-        logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
-    return torch.softmax(logits.double() / temperature, dim=-1)
-
-
 def _clear_of_the_edges(probabilities: torch.Tensor, top_p: float) -> bool:
     running = probabilities.double().sort(dim=-1, descending=True).values.cumsum(-1)
     return bool(((running - top_p).abs() > EDGE_GAP).all())
@@ -337,6 +332,11 @@ def _edge_cases(g: torch.Generator) -> list[Case]:
     ]
 
 
+def _moved(p: torch.Tensor, q: torch.Tensor) -> float:
+    """The largest total variation between two rows of distributions."""
+    return float((p - q).abs().sum(-1).max() / 2)
+
+
 class NoCase(RuntimeError):
     """Settings under which no case of the kind asked was found."""
 
@@ -346,24 +346,28 @@ def _draws_case(
 ) -> Case:
     """Three rows of logits, each drawn `repeats` times, each row's nucleus of two tokens or more. In
     one row at least, top-p taken before the temperature moves a tenth of the probability (total
-    variation): thousands of draws show it."""
+    variation), and so does leaving top-k out: thousands of draws show either."""
     v = 8
     for _ in range(200):  # a few tries, for settings that allow it
         rows = torch.randn(3, v, generator=g) * 1.5
-        tempered, plain = _tempered(rows, temperature, top_k), _tempered(rows, 1.0, top_k)
+        tempered = tempered_distribution(rows.double(), temperature, top_k)  # float64: the edges exact
+        plain = tempered_distribution(rows.double(), 1.0, top_k)
         top_p_first = tempered * (nucleus(plain, top_p) > 0)
         top_p_first /= top_p_first.sum(-1, keepdim=True)
-        moved = (nucleus(tempered, top_p) - top_p_first).abs().sum(-1) / 2
+        no_top_k = nucleus(tempered_distribution(rows.double(), temperature), top_p)
         several = bool(((nucleus(tempered, top_p) > 0).sum(-1) > 1).all())  # every row's draws vary
         if (
             several
             and _clear_of_the_edges(tempered, top_p)
             and _clear_of_the_edges(plain, top_p)
-            and moved.max() > 0.1
+            and _moved(nucleus(tempered, top_p), top_p_first) > 0.1
+            and (top_k is None or _moved(nucleus(tempered, top_p), no_top_k) > 0.1)
         ):
             break
     else:
-        raise NoCase(f"no logits found whose nucleus changes with temperature {temperature}")
+        raise NoCase(
+            f"no logits found whose nucleus changes with temperature {temperature} and top_k {top_k}"
+        )
     inputs = {
         "rows": rows,
         "repeats": repeats,
@@ -384,7 +388,7 @@ def _random_draws_case(g: torch.Generator, repeats: int) -> Case:
     for _ in range(100):  # settings drawn again where the temperature hardly moves the nucleus
         temperature = _uniform(g, 0.4, 0.7) if _int(g, 0, 1) else _uniform(g, 1.5, 2.5)
         with contextlib.suppress(NoCase):
-            return _draws_case(g, repeats, temperature, _int(g, 4, 8), _uniform(g, 0.5, 0.9))
+            return _draws_case(g, repeats, temperature, _int(g, 3, 7), _uniform(g, 0.5, 0.9))
     raise NoCase("no settings found for a draws case")
 
 
