@@ -627,9 +627,13 @@ def _generator_used(case: Case, out: Outputs) -> str | None:
     return "generate never drew from the generator it was given: draw with generator=generator"
 
 
+def _differ(a: Tensor | None, b: Tensor | None) -> bool:
+    """Whether two runs' tokens, both of one form, differ."""
+    return a is not None and b is not None and a.shape == b.shape and not torch.equal(a, b)
+
+
 def _reproducible(case: Case, out: Outputs) -> str | None:
-    a, b = out.get("sampled"), out.get("sampled_again")
-    if a is None or b is None or a.shape != b.shape or torch.equal(a, b):
+    if not _differ(out.get("sampled"), out.get("sampled_again")):
         return None
     return "two runs with generators seeded alike gave different tokens: draw with generator=generator"
 
@@ -867,8 +871,7 @@ def _follow_the_nucleus(case: Case, out: Outputs) -> str | None:
 
 
 def _draws_reproducible(case: Case, out: Outputs) -> str | None:
-    a, b = out.get("draws"), out.get("draws_again")
-    if a is None or b is None or a.shape != b.shape or torch.equal(a, b):
+    if not _differ(out.get("draws"), out.get("draws_again")):
         return None
     return "two calls with generators seeded alike drew different tokens: draw with generator=generator"
 
