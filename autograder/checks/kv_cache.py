@@ -632,6 +632,11 @@ def _differ(a: Tensor | None, b: Tensor | None) -> bool:
     return a is not None and b is not None and a.shape == b.shape and not torch.equal(a, b)
 
 
+def _same(a: Tensor | None, b: Tensor | None) -> bool:
+    """Whether two runs gave the same tokens."""
+    return a is not None and b is not None and a.shape == b.shape and torch.equal(a, b)
+
+
 def _reproducible(case: Case, out: Outputs) -> str | None:
     if not _differ(out.get("sampled"), out.get("sampled_again")):
         return None
@@ -644,7 +649,7 @@ def _seed_used(case: Case, out: Outputs) -> str | None:
     a, b = out.get("sampled"), out.get("sampled_other_seed")
     i = case.inputs
     want = torch.softmax(_kept(_first_token_logits(case), i["top_k"]).double() / i["temperature"], dim=-1)
-    if a is None or b is None or a.shape != b.shape or (want**2).sum() > 0.99 or not torch.equal(a, b):
+    if (want**2).sum() > 0.99 or not _same(a, b):
         return None
     return (
         "two runs with generators seeded differently gave the same tokens: draw with "
@@ -880,7 +885,7 @@ def _draws_seeded(case: Case, out: Outputs) -> str | None:
     a, b, used = out.get("draws"), out.get("draws_other_seed"), out.get("generator_used")
     if used is not None and int(used) == 0:
         return "sample_next never drew from the generator it was given: draw with generator=generator"
-    if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+    if not _same(a, b):
         return None
     # Two right calls draw alike with probability prod over rows of (sum p^2)^repeats: never, but
     # for rows whose nucleus is one token.
