@@ -382,22 +382,23 @@ TEXT_SEED, HELD_OUT_SEED = 0, 1  # the training text and the held-out text
 TEXT_CHARS, HELD_OUT_CHARS = 200_000, 20_000
 
 
-def train_course_model(transformer_class, stop_after: int | None = None) -> dict:
+def train_course_model(transformer_class, stop_after: int | None = None, config: dict = COURSE_MODEL) -> dict:
     """Build, train and evaluate the course's model; returns the checkpoint's contents.
 
     Deterministic for a seed on one machine and thread count (`course build` uses one thread);
     another CPU may round differently and drift from the committed file (tests/test_course_model.py).
-    stop_after: only the first steps of the recipe."""
+    stop_after: only the first steps of the recipe. config: another size or window, trained by the
+    same recipe (benchmarks/attention_sinks.py)."""
     recipe = dict(RECIPE)
     torch.manual_seed(recipe["seed"])
-    model = make_causal(transformer_class(**COURSE_MODEL))
+    model = make_causal(transformer_class(**config))
     nn.init.normal_(model.embedding.weight, std=EMBEDDING_STD)
     train_tokens = encode(course_text(TEXT_CHARS, TEXT_SEED))
     held_out = encode(course_text(HELD_OUT_CHARS, HELD_OUT_SEED))
     losses = train(model, train_tokens, **recipe, stop_after=stop_after)
-    V = COURSE_MODEL["vocabulary_size"]
+    V = config["vocabulary_size"]
     return {
-        "config": dict(COURSE_MODEL),
+        "config": dict(config),
         "recipe": recipe,
         "embedding_std": EMBEDDING_STD,
         "alphabet": ALPHABET,
@@ -560,3 +561,56 @@ def random_course_model(config: dict, state: dict[str, Tensor]) -> CourseModel:
     model = CourseModel(config)
     model.load_state_dict(state)
     return model.eval()
+
+
+# ------------------------------------------------------------ streaming through a rolling cache
+
+
+def _rotated(x: Tensor, positions: Tensor) -> Tensor:
+    """x (..., S, Dh) with each row turned at its position (S,) as CourseAttention turns them, at any
+    position (the model's table stops at max_seq_len)."""
+    dh = x.shape[-1]
+    angles = positions.float()[:, None] * 10000.0 ** -(torch.arange(0, dh, 2, dtype=torch.float32) / dh)
+    cos, sin = angles.cos(), angles.sin()  # (S, Dh // 2)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+
+@torch.no_grad()
+def streamed_losses(
+    model: CourseModel, tokens: Tensor, new_cache: Callable, *, in_cache: bool = False
+) -> Tensor:
+    """The next-token loss at each position of `tokens` (L,), fed to `model` one token at a time,
+    with no limit of length: (L - 1,).
+
+    Each block's attention keeps its keys and values in a cache of notebook 09's Question 8,
+    `new_cache()` (one per block): `update(k, v, p)` with the step's (1, H, 1, Dh) key and value,
+    unrotated, returns the keys, values and positions the query may see. A query at position p sees
+    key j <= p when j > p - cache.window_size or j < cache.n_sinks. Queries and keys are rotated at
+    each step: at their positions, or, with in_cache, at their ranks among the keys the query sees
+    (StreamingLLM's positions in the cache), the query last."""
+    config = model.config
+    heads = config["num_heads"]
+    dh = config["hidden_size"] // heads
+    caches = [new_cache() for _ in model.blocks]
+    losses = []
+    for p in range(len(tokens) - 1):
+        x = model.embedding(tokens[p : p + 1])[None]  # (1, 1, D)
+        for block, cache in zip(model.blocks, caches, strict=True):
+            qkv = block.attention.qkv_linear(block.norm1(x)).view(1, 1, heads, 3 * dh).transpose(1, 2)
+            query, key, value = qkv.chunk(3, dim=-1)  # (1, H, 1, Dh) each
+            keys, values, positions = cache.update(key, value, p)
+            positions = torch.as_tensor(positions)
+            seen = (positions >= 0) & (positions <= p)
+            seen &= (positions > p - cache.window_size) | (positions < cache.n_sinks)
+            keys, values, positions = keys[:, :, seen], values[:, :, seen], positions[seen]
+            if in_cache:  # rank among the keys seen; the query is the last of them
+                positions = positions.argsort().argsort()
+                at = torch.tensor([len(positions) - 1])
+            else:
+                at = torch.tensor([p])
+            context = F.scaled_dot_product_attention(_rotated(query, at), _rotated(keys, positions), values)
+            x = x + block.attention.out(context.transpose(1, 2).reshape(1, 1, -1))
+            x = x + block.moe(block.norm2(x))
+        losses.append(F.cross_entropy(model.out(x)[0], tokens[p + 1 : p + 2]))
+    return torch.stack(losses)

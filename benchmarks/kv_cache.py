@@ -1,6 +1,7 @@
 """The KV cache of notebook 09: time per generated token with and without it, and the bytes it holds.
 
     .venv/bin/python benchmarks/kv_cache.py [--device cuda] [--threads N] [--lengths t ...] [--json PATH]
+                                           [--window W] [--sinks S] [--bytes-only]
 
 The model: a small decoder built around the reference `CachedAttention` of notebook 09
 (`autograder.reference`, not a copy): an embedding, N blocks (default 4) of
@@ -43,6 +44,14 @@ On CUDA the caches are then dropped and the fall of torch.cuda.memory_allocated 
 (assert). The caching allocator rounds each block up to a multiple of 512 bytes and may hand out a larger
 free block whole, so at other sizes this assert can fail for the allocator's sake; the defaults' blocks
 (128 KiB to 1 MiB, multiples of 512 bytes) come from its small pool, split to the byte.
+
+Rolling buffer: for each length t, the bytes of the N layers' caches three ways, as the reference
+classes allocate them: Question 3's cache for t positions, notebook 09's RollingKVCache with a window of
+--window (default 256) slots, and the same with --sinks (default 4) attention sinks besides; each must
+equal kv_cache_bytes(...) at min(t, slots) positions (assert). A rolling buffer's bytes do not depend on
+t: past its slots, the full cache holds t / slots times more. Bytes are the same on every device; the
+RollingKVCache allocates on the CPU. --bytes-only prints the two bytes tables and puts them into the
+existing JSON record, leaving its timings as they were measured.
 
 CPU runs with the threads torch uses by default (--threads sets them; the notebook's imports cell sets
 1 thread, which the benchmark undoes after loading the reference); the load average is recorded,
@@ -322,6 +331,44 @@ def cache_bytes(sizes: Sizes, args, device: torch.device) -> list[dict]:
     return rows
 
 
+def rolling_bytes(sizes: Sizes, args) -> list[dict]:
+    """Per length t: the bytes of the layers' caches, full (t positions) and rolling (window, and window
+    plus sinks, slots), each asserted equal to kv_cache_bytes at min(t, slots) positions."""
+    names = namespace("09_kv_cache")
+    formula, rolling = names["kv_cache_bytes"], names["RollingKVCache"]
+    dh = sizes.dim // sizes.heads
+
+    def expected(positions: int) -> int:
+        return formula(sizes.layers, sizes.batch, positions, sizes.heads, sizes.kv_heads, dh, 4)
+
+    def held(window: int, sinks: int) -> int:
+        caches = [rolling(sizes.batch, sizes.kv_heads, dh, window, sinks) for _ in range(sizes.layers)]
+        return sum(
+            c.cache_k.untyped_storage().nbytes() + c.cache_v.untyped_storage().nbytes() for c in caches
+        )
+
+    rows = []
+    for t in args.lengths:
+        row = {
+            "t": t,
+            "full_bytes": cache_storage_bytes(build(sizes, sizes.kv_heads, t, torch.device("cpu"))),
+        }
+        row["rolling_bytes"] = held(args.window, 0)
+        row["rolling_sinks_bytes"] = held(args.window, args.sinks)
+        for key, positions in (
+            ("full_bytes", t),
+            ("rolling_bytes", min(t, args.window)),
+            ("rolling_sinks_bytes", min(t, args.window + args.sinks)),
+        ):
+            # a rolling buffer allocates its slots whatever t: it equals the formula from t = slots on
+            if key == "full_bytes" or t >= args.window + args.sinks:
+                assert row[key] == expected(positions), (
+                    f"t={t}, {key}: {row[key]} B, formula {expected(positions)}"
+                )
+        rows.append(row)
+    return rows
+
+
 def cpu_name() -> str:
     """The CPU's model name: platform.processor() is often empty, or only "x86_64", on Linux."""
     cpuinfo = Path("/proc/cpuinfo")
@@ -387,6 +434,11 @@ def print_tables(record: dict) -> None:
             f"\nwithout / with: {bound}{gen['ratio']:.1f}x; the same {gen['tokens_compared']} tokens: {same}"
         )
 
+    print_bytes(record)
+
+
+def print_bytes(record: dict) -> None:
+    sizes, config = record["sizes"], record["config"]
     context = config["bytes_context"]
     cuda = record["cache_bytes"] and "cuda_allocated_bytes" in record["cache_bytes"][0]
     print(
@@ -402,6 +454,21 @@ def print_tables(record: dict) -> None:
             f"| {row['n_kv_heads']} | {row['allocated_bytes']:,} |{middle} {row['formula_bytes']:,} "
             f"| {row['allocated_bytes'] / 2**20:.2f} |"
         )
+
+    rolling = record.get("rolling_bytes")
+    if rolling:
+        window, sinks = config["window"], config["sinks"]
+        print(
+            f"\ncache of the {sizes['layers']}-layer model, Hkv={sizes['kv_heads']}, "
+            f"Dh={sizes['dim'] // sizes['heads']}, B={sizes['batch']}, float32: full, rolling (W={window}) "
+            f"and rolling with {sinks} sinks\n"
+        )
+        print("| tokens t | full cache, KiB | rolling, KiB | rolling + sinks, KiB | full / rolling |")
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        for row in rolling:
+            kib = [row[key] / 2**10 for key in ("full_bytes", "rolling_bytes", "rolling_sinks_bytes")]
+            ratio = row["full_bytes"] / row["rolling_bytes"]
+            print(f"| {row['t']} | {kib[0]:,.0f} | {kib[1]:,.0f} | {kib[2]:,.0f} | {ratio:.2f}x |")
 
 
 def main() -> None:
@@ -425,6 +492,11 @@ def main() -> None:
     parser.add_argument(
         "--bytes-context", type=int, default=1024, help="positions of the bytes table's caches"
     )
+    parser.add_argument("--window", type=int, default=256, help="slots of the rolling buffer's window")
+    parser.add_argument("--sinks", type=int, default=4, help="attention sinks besides the window")
+    parser.add_argument(
+        "--bytes-only", action="store_true", help="the bytes tables only, into the existing JSON record"
+    )
     parser.add_argument("--json", type=Path, help="default: benchmarks/results/kv_cache_<device>.json")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -435,10 +507,24 @@ def main() -> None:
     args.lengths = sorted(args.lengths)
     max_seq_len = max(args.lengths[-1] + 1, args.prompt_tokens + args.new_tokens)
 
+    path = args.json or RESULTS / f"kv_cache_{device.type}.json"
+    if args.bytes_only:
+        record = json.loads(path.read_text())
+        record["sizes"], record["config"]["bytes_context"] = asdict(sizes), args.bytes_context
+        record["config"] |= {"window": args.window, "sinks": args.sinks}
+        with torch.no_grad():
+            record["cache_bytes"] = cache_bytes(sizes, args, device)
+            record["rolling_bytes"] = rolling_bytes(sizes, args)
+        print_bytes(record)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"\nsaved the bytes tables into {path}")
+        return
+
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     with torch.no_grad():
         bytes_rows = cache_bytes(sizes, args, device)  # first: its asserts fail fast
+        rolling_rows = rolling_bytes(sizes, args)
         model = build(sizes, sizes.kv_heads, max_seq_len, device)
         generator = torch.Generator().manual_seed(0)
         tokens = torch.randint(sizes.vocab, (sizes.batch, max_seq_len), generator=generator).to(device)
@@ -458,6 +544,8 @@ def main() -> None:
             "max_rounds": args.max_rounds,
             "budget_s": args.budget,
             "bytes_context": args.bytes_context,
+            "window": args.window,
+            "sinks": args.sinks,
         },
         "sizes": asdict(sizes),
         "machine": info,
@@ -471,11 +559,10 @@ def main() -> None:
         "flatness": flatness(rows),
         "generation": gen,
         "cache_bytes": bytes_rows,
+        "rolling_bytes": rolling_rows,
         "wall_s": time.perf_counter() - start,
     }
     print_tables(record)
-
-    path = args.json or RESULTS / f"kv_cache_{device.type}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"\n{record['wall_s']:.0f} s; saved {path}")
 

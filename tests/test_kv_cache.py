@@ -699,3 +699,64 @@ def test_a_bug_of_question_5_or_of_top_p_filter_costs_the_draws_nothing():
     for seed in SEEDS:
         result = verdict("09.top_p", (names["top_p_filter"], names["sample_next"]), seed)
         assert parts(result) == {kc.NUCLEUS: False, kc.EDGES: False, kc.DRAWS: True}, result.message
+
+
+# ------------------------------------------------------------------------ the rolling buffer
+
+ROLLING_PARTS = (kc.ROLLING, kc.SINKS, kc.BUFFER)
+
+
+@pytest.mark.parametrize(
+    ("impl", "failing", "named"),
+    [
+        ("_ReadAfterWriting", (kc.ROLLING, kc.SINKS), "which a query of the step may see, is not among"),
+        ("_LongStepCut", (kc.ROLLING, kc.SINKS), "which a query of the step may see, is not among"),
+        ("_OneRing", (kc.SINKS, kc.BUFFER), "it belongs in slot"),
+        ("_SinksForgotten", (kc.SINKS, kc.BUFFER), "which a query of the step may see, is not among"),
+        ("_OneShort", (kc.ROLLING, kc.SINKS), "which a query of the step may see, is not among"),
+        ("_SlotsReturned", (kc.ROLLING, kc.SINKS), "which a query of the step may see, is not among"),
+        ("_EarlierSequenceKept", (kc.ROLLING, kc.SINKS), "left from the earlier sequence"),
+        ("_Grown", (kc.BUFFER,), "whatever the length of the text"),
+    ],
+)
+def test_a_rolling_mistake_loses_what_it_breaks_and_is_told_where(impl, failing, named):
+    """Each concern is judged on its own: a bug of the buffer's layout costs the attention nothing
+    unless it loses keys, and what update returns costs the buffer nothing."""
+    for seed in SEEDS:
+        result = verdict("09.rolling_cache", mistake("09.rolling_cache", impl), seed)
+        assert parts(result) == {c: c not in failing for c in ROLLING_PARTS}, (seed, result.message)
+        assert named in result.message, result.message
+
+
+class _TwoThingsReturned:
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        self.inner = alternatives_09.RollingIndexCopy(
+            max_batch_size, n_kv_heads, head_dim, window_size, n_sinks
+        )
+        self.cache_k, self.cache_v = self.inner.cache_k, self.inner.cache_v
+
+    def update(self, k, v, start_pos):
+        return self.inner.update(k, v, start_pos)[:2]
+
+
+def test_an_update_that_returns_no_positions_is_told_what_to_return_and_keeps_the_buffer():
+    result = verdict("09.rolling_cache", _TwoThingsReturned, HIDDEN_SEED)
+    assert parts(result) == {kc.ROLLING: False, kc.SINKS: False, kc.BUFFER: True}, result.message
+    assert "return (keys, values, positions)" in result.message, result.message
+
+
+def test_streaming_inside_the_window_is_the_models_own_forward():
+    """streamed_losses (notebook 09's figure) with the reference's cache and the model's own window:
+    the losses of one forward of the model over the first 64 characters, which it was trained on."""
+    from autograder.language_model import course_model, course_text, encode, streamed_losses
+
+    model, text = course_model(), encode(course_text(500, seed=1))[:64]
+    rolling = reference_09()["RollingKVCache"]
+    window = model.config["window_size"]
+    streamed = streamed_losses(model, text, lambda: rolling(1, 4, 16, window))
+    in_cache = streamed_losses(model, text, lambda: rolling(1, 4, 16, window), in_cache=True)
+    with torch.no_grad():
+        logits = model(text[None])[0, :-1]
+    whole = torch.nn.functional.cross_entropy(logits, text[1:], reduction="none")
+    torch.testing.assert_close(streamed, whole, atol=1e-4, rtol=0)
+    torch.testing.assert_close(in_cache, whole, atol=1e-4, rtol=0)  # no sinks: ranks shift all alike

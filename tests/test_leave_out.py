@@ -197,13 +197,20 @@ def test_notebook_11_without_its_question_4_is_the_same_notebook_less_those_cell
 
 
 @pytest.mark.parametrize("name", sorted(ADDED))
-def test_every_added_question_is_the_last_of_its_notebook_and_nothing_after_uses_it(name):
+def test_every_added_question_comes_after_the_homework_and_nothing_after_uses_it(name):
+    """Between an added question and the summary there are only other added questions, so that
+    leaving out any of them leaves the homework whole."""
     check = CHECKS[name]
     notebook = nbformat.read(source_notebook(assignment_of(name)), as_version=4)
     span = leave_out.question_cells(notebook, check)
-    assert notebook.cells[span.stop].source.startswith("## Summary"), name
-    later = "\n".join(c.source for c in notebook.cells[span.stop :] if c.cell_type == "code")
-    assert not any(target in later for target in check.target_names), name
+    later = [CHECKS[n] for n in ADDED if n != name and assignment_of(n) == assignment_of(name)]
+    spans = [leave_out.question_cells(notebook, c) for c in later]
+    start = span.stop
+    while (following := next((s for s in spans if s.start == start), None)) is not None:
+        start = following.stop
+    assert notebook.cells[start].source.startswith("## Summary"), name
+    after = "\n".join(c.source for c in notebook.cells[span.stop :] if c.cell_type == "code")
+    assert not any(target in after for target in check.target_names), name
 
 
 # ------------------------------------------------------------------------------ the release

@@ -948,5 +948,234 @@ TOP_P = Check(
     ],
 )
 
+# ------------------------------------------------------------ the rolling buffer, with sinks
 
-CHECKS = [ROPE_POSITIONS, REPEAT_KV, KV_CACHE, CACHE_BYTES, SAMPLING, GENERATE, TOP_P]
+ROLLING = "a window alone: a prefill longer than W, chunks and single tokens, the buffer wrapping many times"
+SINKS = "attention sinks: the first n_sinks positions seen by every later query, besides the window"
+BUFFER = (
+    "the buffer: (max_batch_size, n_kv_heads, n_sinks + window_size, head_dim), each position in its slot"
+)
+
+
+def visible(query_positions: Tensor, key_positions: Tensor, window_size: int, n_sinks: int) -> Tensor:
+    """(T, S) bool: query i sees key j when 0 <= j <= i and (j > i - window_size or j < n_sinks)."""
+    i, j = query_positions[:, None], key_positions[None, :]
+    return (j >= 0) & (j <= i) & ((j > i - window_size) | (j < n_sinks))
+
+
+def _attended(q: Tensor, keys: Tensor, values: Tensor, start: int, positions: Tensor, i: dict) -> Tensor:
+    """The step's queries (B, Hkv, T, Dh) over what update returned, in float64 (the order of the keys
+    returned is the student's: float64 keeps the sums of any order within float32's rounding)."""
+    queries = torch.arange(start, start + q.shape[2])
+    mask = visible(queries, positions, i["window_size"], i["n_sinks"])
+    scores = q.double() @ keys.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return (weights @ values.double()).float()
+
+
+def _returned(result, b: int, h_kv: int, dh: int) -> tuple[Tensor, Tensor, Tensor]:
+    """update's (keys, values, positions), parsed: two (B, Hkv, S, Dh) tensors and S integer positions."""
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise NotAsAsked(
+            "update returned something other than three things: return (keys, values, positions)"
+        )
+    keys, values = (
+        _plain(result[0], "the keys update returned"),
+        _plain(result[1], "the values update returned"),
+    )
+    positions = result[2]
+    if isinstance(positions, (list, tuple, range)):
+        positions = torch.tensor(list(positions), dtype=torch.long)
+    positions = _plain(positions, "the positions update returned")
+    if positions.is_floating_point() or positions.is_complex() or positions.dim() != 1:
+        raise NotAsAsked(
+            f"the positions update returned are a {positions.dtype} tensor of shape "
+            f"{tuple(positions.shape)}: expected one integer per key returned, (S,)"
+        )
+    for name, got in (("keys", keys), ("values", values)):
+        if (
+            got.dim() != 4
+            or tuple(got.shape[:2]) != (b, h_kv)
+            or got.shape[3] != dh
+            or got.shape[2] != len(positions)
+        ):
+            raise NotAsAsked(
+                f"the {name} update returned have shape {tuple(got.shape)}, with {len(positions)} positions: "
+                f"expected (B, Hkv, S, Dh) = ({b}, {h_kv}, {len(positions)}, {dh}), one per position"
+            )
+    return keys, values, positions.long()
+
+
+def _first_wrong(
+    i: dict, step: int, start: int, keys: Tensor, values: Tensor, positions: Tensor
+) -> list[int] | None:
+    """(step, kind, position) for the first position the step's queries may see that update did not
+    return (kind 1), returned with a key or value not written at it in this sequence (2), or returned
+    more than once (3); None when there is none."""
+    end = start + i["chunks"][step]
+    needed = visible(torch.arange(start, end), torch.arange(end), i["window_size"], i["n_sinks"]).any(0)
+    for j in needed.nonzero()[:, 0].tolist():
+        found = (positions == j).nonzero()[:, 0]
+        if len(found) == 0:
+            kind = 1
+        elif len(found) > 1:
+            kind = 3
+        else:
+            own = (keys[:, :, found[0]], values[:, :, found[0]])
+            kind = 0 if torch.equal(own[0], i["k"][:, :, j]) and torch.equal(own[1], i["v"][:, :, j]) else 2
+        if kind:
+            return [step, kind, j]
+    return None
+
+
+def _fed(cache, i: dict, k: Tensor, v: Tensor, chunks: list[int], q: Tensor | None = None) -> Outputs:
+    """The sequence fed to update in chunks; with q, each step's queries attend over what it returned
+    (without, what it returns is not read)."""
+    b, h_kv, _, dh = k.shape
+    steps, wrong, start = [], None, 0
+    for step, size in enumerate(chunks):
+        part = slice(start, start + size)
+        result = cache.update(k[:, :, part].clone(), v[:, :, part].clone(), start)
+        if q is not None:
+            keys, values, positions = _returned(result, b, h_kv, dh)
+            steps.append(_attended(q[:, :, part], keys, values, start, positions, i))
+            if wrong is None:
+                wrong = _first_wrong(i, step, start, keys, values, positions)
+        start += size
+    if q is None:
+        return {}
+    return {
+        "output": torch.cat(steps, dim=2),
+        "first_wrong": torch.tensor([-1, 0, 0] if wrong is None else wrong),
+    }
+
+
+def run_rolling(cache_class, case: Case) -> Outputs:
+    i = case.inputs
+    b, h_kv, _, dh = i["k"].shape
+    cache = cache_class(i["max_batch_size"], h_kv, dh, i["window_size"], i["n_sinks"])
+    if "earlier" in i:  # another sequence first, in the same buffer
+        _fed(cache, i, i["earlier"]["k"], i["earlier"]["v"], i["earlier"]["chunks"])
+    if case.concern != BUFFER:
+        return _fed(cache, i, i["k"], i["v"], i["chunks"], i["q"])
+    _fed(cache, i, i["k"], i["v"], i["chunks"])  # the buffer alone: what update returns costs nothing here
+    outputs = {}
+    for name in ("cache_k", "cache_v"):
+        buffer = getattr(cache, name, None)
+        if type(buffer) is not torch.Tensor:
+            raise NotAsAsked(f"the cache has no tensor `self.{name}`: allocate it in __init__")
+        slots = i["n_sinks"] + i["window_size"]
+        if buffer.dim() == 4 and buffer.shape[2] == h_kv and buffer.shape[1] == slots != h_kv:
+            buffer = buffer.transpose(1, 2)  # Llama's layout, (max_batch_size, slots, n_kv_heads, head_dim)
+        outputs[f"{name}_shape"] = torch.tensor(buffer.shape)
+        outputs[name] = buffer[:b].detach().clone()
+    return outputs
+
+
+def _every_position_seen(case: Case, out: Outputs) -> str | None:
+    wrong = out.get("first_wrong")
+    if wrong is None or int(wrong[0]) < 0:
+        return None
+    step, kind, j = (int(n) for n in wrong)
+    start = sum(case.inputs["chunks"][:step])
+    where = f"step {step + 1} (start_pos={start}, T={case.inputs['chunks'][step]})"
+    if kind == 1:
+        return (
+            f"{where}: position {j}, which a query of the step may see, is not among the positions returned"
+        )
+    if kind == 3:
+        again = " (one of them left from the earlier sequence? start_pos = 0 begins a new one)"
+        return (
+            f"{where}: position {j} was returned more than once, so its key counts twice in the softmax"
+            + (again if "earlier" in case.inputs else "")
+        )
+    return (
+        f"{where}: the key or value returned for position {j} is not the one written at position {j}"
+        + (" in this sequence" if "earlier" in case.inputs else "")
+        + ": the positions must say which slot holds which position"
+    )
+
+
+def _slot_of(i: dict, p: int) -> int:
+    s = i["n_sinks"]
+    return p if p < s else s + (p - s) % i["window_size"]
+
+
+def _positions_in_their_slots(case: Case, out: Outputs) -> str | None:
+    i, buffer, shape = case.inputs, out.get("cache_k"), out.get("cache_k_shape")
+    if buffer is None or shape is None:
+        return None
+    b, h_kv, length, dh = i["k"].shape
+    slots = i["n_sinks"] + i["window_size"]
+    want = (i["max_batch_size"], h_kv, slots, dh)
+    if tuple(shape.tolist()) != want:
+        return (
+            f"cache_k has shape {tuple(shape.tolist())}: the buffer holds n_sinks + window_size = {slots} "
+            f"slots, {want}, whatever the length of the text"
+        )
+    held = [p for p in range(length) if p < i["n_sinks"] or p >= length - i["window_size"]]
+    for p in held:
+        slot = _slot_of(i, p)
+        if torch.equal(buffer[:, :, slot], i["k"][:, :, p]):
+            continue
+        found = [n for n in range(slots) if torch.equal(buffer[:, :, n], i["k"][:, :, p])]
+        where = f"in slot {found[0]}" if found else "in no slot"
+        return f"after {length} positions, the key of position {p} is {where}: it belongs in slot {slot}"
+    return None
+
+
+ROLLING_CACHE = Check(
+    name="09.rolling_cache",
+    target="RollingKVCache",
+    run=run_rolling,
+    added=True,
+    concerns=[Concern(ROLLING, weight=2), Concern(SINKS, weight=1), Concern(BUFFER, weight=1)],
+    outputs={
+        "output": "the step's queries attending over what update returned, step after step",
+        "first_wrong": "the first position update got wrong",
+        "cache_k": "the buffer cache_k[:B] after the sequence",
+        "cache_v": "the buffer cache_v[:B] after the sequence",
+        "cache_k_shape": "the shape of cache_k",
+        "cache_v_shape": "the shape of cache_v",
+    },
+    measured=("first_wrong",),
+    properties=[
+        Property(
+            "each step returns every position its queries may see, with its key and value",
+            _every_position_seen,
+        ),
+        Property(
+            "the buffer holds n_sinks + W slots, each position in its own",
+            _positions_in_their_slots,
+            concern=BUFFER,
+        ),
+    ],
+    error_hints=[
+        ErrorHint(
+            "upper bound and lower bound inconsistent",
+            "a torch.arange whose end is below its start: early in a sequence there are fewer than W "
+            "positions before start_pos, and fewer than n_sinks; filter torch.arange(start_pos) instead.",
+        ),
+        ErrorHint(
+            "is out of bounds for dimension",
+            "a slot beyond the buffer: position p < n_sinks lives in slot p, every later one in slot "
+            "n_sinks + (p - n_sinks) % window_size.",
+        ),
+    ],
+    hints=[
+        "Which positions may the queries of a step at start_pos .. start_pos + T - 1 see? The first query "
+        "sees back to start_pos - W + 1, and every query sees the sinks. Which of those are in the buffer "
+        "before the step, and which come with the step itself?",
+        "Return before you write: read the held positions' keys from their slots, concatenate the step's "
+        "own k and v after them, and return the positions in the same order. Only then write the step's "
+        "keys into their slots, and only those later steps need (of a chunk longer than W, the last W).",
+        "The held positions: those below start_pos that are sinks (< n_sinks) or later than start_pos - W. "
+        "Slot of p: p for a sink, n_sinks + (p - n_sinks) % W after. Return torch.cat of the held keys "
+        "(cache_k[:B, :, their slots]) and k along dimension 2, the same for the values, and the held "
+        "positions followed by start_pos .. start_pos + T - 1; then write each new position p that is a "
+        "sink or one of the last W (p >= start_pos + T - W) at its slot.",
+    ],
+)
+
+
+CHECKS = [ROPE_POSITIONS, REPEAT_KV, KV_CACHE, CACHE_BYTES, SAMPLING, GENERATE, TOP_P, ROLLING_CACHE]

@@ -588,6 +588,91 @@ def sample_column(logits, temperature=1.0, top_k=None, top_p=1.0, generator=None
     return torch.multinomial(probabilities, num_samples=1, generator=generator)
 
 
+# ------------------------------------------------------------------------ the rolling buffer
+
+
+class RollingTagged:
+    """Each slot remembers the position it holds (-1: none), forgotten at start_pos = 0; update returns
+    every slot held, one position too old for the step included (the mask hides it)."""
+
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        self.window_size, self.n_sinks = window_size, n_sinks
+        self.cache_k = torch.zeros(max_batch_size, n_kv_heads, n_sinks + window_size, head_dim)
+        self.cache_v = torch.zeros_like(self.cache_k)
+        self.held = torch.full((n_sinks + window_size,), -1)
+
+    def update(self, k, v, start_pos):
+        if start_pos == 0:
+            self.held.fill_(-1)
+        B, T = k.shape[0], k.shape[2]
+        filled = self.held >= 0
+        keys = torch.cat([self.cache_k[:B][:, :, filled], k], dim=2)
+        values = torch.cat([self.cache_v[:B][:, :, filled], v], dim=2)
+        positions = torch.cat([self.held[filled], torch.arange(start_pos, start_pos + T)])
+        for t in range(T):  # one position at a time: a chunk longer than W overwrites its own early ones
+            p = start_pos + t
+            slot = p if p < self.n_sinks else self.n_sinks + (p - self.n_sinks) % self.window_size
+            self.cache_k[:B, :, slot], self.cache_v[:B, :, slot] = k[:, :, t], v[:, :, t]
+            self.held[slot] = p
+        return keys, values, positions
+
+
+class RollingUnrolled:
+    """Mistral's way: the window's slots rolled into the order of their positions before reading, then
+    the sinks, the window and the step concatenated; positions as a Python list; Llama's layout
+    (max_batch_size, slots, n_kv_heads, head_dim)."""
+
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        self.W, self.s = window_size, n_sinks
+        self.cache_k = torch.zeros(max_batch_size, n_sinks + window_size, n_kv_heads, head_dim)
+        self.cache_v = torch.zeros_like(self.cache_k)
+
+    def update(self, k, v, start_pos):
+        B, T, W, s = k.shape[0], k.shape[2], self.W, self.s
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, T, Hkv, Dh), as the buffer
+        in_window = max(0, min(W - 1, start_pos - s))  # held window positions the first query sees
+        shift = -((start_pos - s) % W) if start_pos > s else 0  # the oldest slot first
+        window_k = torch.roll(self.cache_k[:B, s:], shift, dims=1)[:, W - in_window :]
+        window_v = torch.roll(self.cache_v[:B, s:], shift, dims=1)[:, W - in_window :]
+        sinks = min(s, start_pos)
+        keys = torch.cat([self.cache_k[:B, :sinks], window_k, k], dim=1).transpose(1, 2)
+        values = torch.cat([self.cache_v[:B, :sinks], window_v, v], dim=1).transpose(1, 2)
+        positions = list(range(sinks)) + list(range(start_pos - in_window, start_pos + T))
+        for t in range(T):
+            p = start_pos + t
+            if p < s or p >= start_pos + T - W:
+                slot = p if p < s else s + (p - s) % W
+                self.cache_k[:B, slot], self.cache_v[:B, slot] = k[:, t], v[:, t]
+        return keys, values, positions
+
+
+class RollingIndexCopy:
+    """The held positions read with index_select, the step's kept ones written with index_copy_;
+    positions as int32."""
+
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        self.window_size, self.n_sinks = window_size, n_sinks
+        self.cache_k = torch.zeros(max_batch_size, n_kv_heads, n_sinks + window_size, head_dim)
+        self.cache_v = torch.zeros(max_batch_size, n_kv_heads, n_sinks + window_size, head_dim)
+
+    def _slots(self, p):
+        return torch.where(p < self.n_sinks, p, self.n_sinks + (p - self.n_sinks).remainder(self.window_size))
+
+    def update(self, k, v, start_pos):
+        B, T = k.shape[0], k.shape[2]
+        everything = torch.arange(start_pos + T)
+        earlier = everything < start_pos
+        seen = everything >= start_pos - self.window_size + 1
+        held = everything[earlier & (seen | (everything < self.n_sinks))]
+        keys = torch.cat([self.cache_k[:B].index_select(2, self._slots(held)), k], dim=2)
+        values = torch.cat([self.cache_v[:B].index_select(2, self._slots(held)), v], dim=2)
+        new = everything[~earlier]
+        kept = (new < self.n_sinks) | (new > start_pos + T - 1 - self.window_size)
+        self.cache_k[:B].index_copy_(2, self._slots(new[kept]), k[:, :, kept])
+        self.cache_v[:B].index_copy_(2, self._slots(new[kept]), v[:, :, kept])
+        return keys, values, torch.cat([held, new]).int()
+
+
 ALTERNATIVES = {
     "09.rope_positions": [RoPEOffsetReal, RoPEStartKeyword, RoPEPositionsArange, RoPEBlockMatrices],
     "09.repeat_kv": [
@@ -621,4 +706,5 @@ ALTERNATIVES = {
         Answer("scatter_column", nucleus_scatter, sample_column),
         Answer("pairwise_in_chunks", nucleus_pairwise, sample_in_chunks),
     ],
+    "09.rolling_cache": [RollingTagged, RollingUnrolled, RollingIndexCopy],
 }

@@ -5,6 +5,7 @@ import contextlib
 import torch
 
 from autograder.checks.kv_cache import (
+    BUFFER,
     CACHE,
     DECODE,
     DRAWS,
@@ -14,8 +15,10 @@ from autograder.checks.kv_cache import (
     GREEDY_RUN,
     NUCLEUS,
     PREFILL,
+    ROLLING,
     ROPE_OMITTED,
     SAMPLED,
+    SINKS,
     TEMPERATURE,
     TOP_K,
     WINDOW,
@@ -408,6 +411,79 @@ def top_p_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     return cases
 
 
+# -------------------------------------------------------------------- the rolling buffer
+
+
+def _rolling_case(
+    g: torch.Generator,
+    concern: str,
+    b: int,
+    max_b: int,
+    h_kv: int,
+    dh: int,
+    w: int,
+    s: int,
+    chunks,
+    stale: bool,
+) -> Case:
+    length = sum(chunks)
+    q, k, v = torch.randn(3, b, h_kv, length, dh, generator=g).unbind(0)
+    inputs = {
+        "max_batch_size": max_b,
+        "window_size": w,
+        "n_sinks": s,
+        "chunks": list(chunks),
+        "q": q,
+        "k": k,
+        "v": v,
+    }
+    if stale:  # another sequence first, in the same buffer; long enough to fill it, short enough that
+        # its last positions are reached by the next one's first step
+        earlier = min(length, s + 2 * w + 1)
+        inputs["earlier"] = {"k": torch.randn(b, h_kv, earlier, dh, generator=g), "chunks": [earlier]}
+        inputs["earlier"]["v"] = torch.randn(b, h_kv, earlier, dh, generator=g)
+    sizes = f"B={b} of {max_b}, Hkv={h_kv}, Dh={dh}, W={w}, n_sinks={s}"
+    steps = ", ".join(str(c) for c in chunks[:6]) + (", ..." if len(chunks) > 6 else "")
+    after = ", after another sequence" if stale else ""
+    return Case(f"{length} positions in steps of {steps} ({sizes}){after}", inputs, concern=concern)
+
+
+def _random_chunks(g: torch.Generator, w: int, length: int) -> list[int]:
+    """A first step of 1 .. 2W + 2 tokens, then single tokens and chunks up to W + 2, to `length`."""
+    chunks = [_int(g, 1, 2 * w + 2)]
+    while sum(chunks) < length:
+        chunks.append(1 if _int(g, 0, 2) else _int(g, 2, w + 2))
+    return chunks
+
+
+def _random_rolling_case(g: torch.Generator, concern: str) -> Case:
+    w, b = _int(g, 2, 6), _int(g, 1, 2)
+    s = _int(g, 1, 4) if concern == SINKS else 0
+    h_kv = _int(g, 1, 3)
+    if h_kv == s + w:  # the buffer's two layouts would look alike
+        h_kv = 1
+    chunks = _random_chunks(g, w, s + _int(g, 3, 6) * w)
+    return _rolling_case(
+        g, concern, b, b + _int(g, 0, 1), h_kv, 2 * _int(g, 1, 4), w, s, chunks, bool(_int(g, 0, 1))
+    )
+
+
+def rolling_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    cases = [
+        _rolling_case(g, ROLLING, 1, 1, 2, 4, 4, 0, [9, 3] + [1] * 10, False),
+        _rolling_case(g, ROLLING, 2, 3, 1, 8, 3, 0, [1] * 12 + [5, 2], False),
+        _rolling_case(g, ROLLING, 1, 2, 2, 4, 5, 0, [13, 1, 1, 1, 1, 7, 1, 1], True),
+        _rolling_case(g, SINKS, 1, 1, 2, 4, 3, 2, [7, 1, 1, 1, 4] + [1] * 5, False),
+        _rolling_case(g, SINKS, 2, 2, 1, 4, 4, 1, [1] * 15, True),
+        _rolling_case(g, SINKS, 1, 2, 2, 4, 2, 4, [2, 1, 1, 6, 1, 1, 1], False),
+        _rolling_case(g, BUFFER, 1, 2, 2, 4, 4, 0, [6, 1, 1, 1, 1, 3], False),
+        _rolling_case(g, BUFFER, 2, 2, 1, 4, 3, 2, [1] * 10 + [4], True),
+    ]
+    if hidden:
+        cases += [_random_rolling_case(g, concern) for concern in (ROLLING, ROLLING, SINKS, SINKS, BUFFER)]
+    return cases
+
+
 CASES = {
     "09.rope_positions": rope_cases,
     "09.repeat_kv": repeat_cases,
@@ -416,4 +492,5 @@ CASES = {
     "09.sampling_distribution": sampling_cases,
     "09.generate": generate_cases,
     "09.top_p": top_p_cases,
+    "09.rolling_cache": rolling_cases,
 }

@@ -800,6 +800,172 @@ TOP_P_MISTAKES = [
 ]
 
 
+# ------------------------------------------------------------------------ the rolling buffer
+
+
+class _Rolling:
+    """Right but for what a subclass changes: sinks in slots 0 .. s - 1, position p >= s in slot
+    s + (p - s) % W; update returns the sinks and the last W - 1 positions held, then the step's own."""
+
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        self.window_size, self.n_sinks = window_size, n_sinks
+        shape = (max_batch_size, n_kv_heads, n_sinks + window_size, head_dim)
+        self.cache_k, self.cache_v = torch.zeros(shape), torch.zeros(shape)
+
+    def slot(self, p):
+        s = self.n_sinks
+        return torch.where(p < s, p, s + (p - s) % self.window_size)
+
+    def held(self, start_pos):
+        held = torch.arange(start_pos)
+        return held[(held < self.n_sinks) | (held > start_pos - self.window_size)]
+
+    def kept(self, new, end):
+        return new[(new < self.n_sinks) | (new >= end - self.window_size)]
+
+    def read(self, k, v, start_pos):
+        B, held = k.shape[0], self.held(start_pos)
+        keys = torch.cat([self.cache_k[:B, :, self.slot(held)], k], dim=2)
+        values = torch.cat([self.cache_v[:B, :, self.slot(held)], v], dim=2)
+        return keys, values, torch.cat([held, torch.arange(start_pos, start_pos + k.shape[2])])
+
+    def write(self, k, v, start_pos):
+        kept = self.kept(torch.arange(start_pos, start_pos + k.shape[2]), start_pos + k.shape[2])
+        self.cache_k[: k.shape[0], :, self.slot(kept)] = k[:, :, kept - start_pos]
+        self.cache_v[: k.shape[0], :, self.slot(kept)] = v[:, :, kept - start_pos]
+
+    def update(self, k, v, start_pos):
+        returned = self.read(k, v, start_pos)
+        self.write(k, v, start_pos)
+        return returned
+
+
+class _ReadAfterWriting(_Rolling):
+    def update(self, k, v, start_pos):
+        self.write(k, v, start_pos)
+        B, end = k.shape[0], start_pos + k.shape[2]
+        positions = self.held(end)
+        return self.cache_k[:B, :, self.slot(positions)], self.cache_v[:B, :, self.slot(positions)], positions
+
+
+class _LongStepCut(_Rolling):
+    def read(self, k, v, start_pos):
+        keys, values, positions = super().read(k, v, start_pos)
+        keep = positions >= min(start_pos, start_pos + k.shape[2] - self.window_size)
+        keep |= positions < self.n_sinks
+        return keys[:, :, keep], values[:, :, keep], positions[keep]
+
+
+class _OneRing(_Rolling):
+    def slot(self, p):
+        return p % (self.n_sinks + self.window_size)
+
+
+class _SinksForgotten(_Rolling):
+    def slot(self, p):
+        return p % self.window_size
+
+    def held(self, start_pos):
+        held = torch.arange(start_pos)
+        return held[held > start_pos - self.window_size]
+
+    def kept(self, new, end):
+        return new[new >= end - self.window_size]
+
+
+class _OneShort(_Rolling):
+    def held(self, start_pos):
+        held = torch.arange(start_pos)
+        return held[(held < self.n_sinks) | (held > start_pos - self.window_size + 1)]
+
+
+class _SlotsReturned(_Rolling):
+    def read(self, k, v, start_pos):
+        keys, values, positions = super().read(k, v, start_pos)
+        held = positions < start_pos
+        return keys, values, torch.cat([self.slot(positions[held]), positions[~held]])
+
+
+class _EarlierSequenceKept(_Rolling):
+    """Remembers which position each slot holds, and never forgets at start_pos = 0."""
+
+    def __init__(self, max_batch_size, n_kv_heads, head_dim, window_size, n_sinks=0):
+        super().__init__(max_batch_size, n_kv_heads, head_dim, window_size, n_sinks)
+        self.tags = torch.full((n_sinks + window_size,), -1)
+
+    def update(self, k, v, start_pos):
+        B, filled = k.shape[0], (self.tags >= 0).nonzero()[:, 0]
+        keys = torch.cat([self.cache_k[:B, :, filled], k], dim=2)
+        values = torch.cat([self.cache_v[:B, :, filled], v], dim=2)
+        positions = torch.cat([self.tags[filled], torch.arange(start_pos, start_pos + k.shape[2])])
+        self.write(k, v, start_pos)
+        kept = self.kept(torch.arange(start_pos, start_pos + k.shape[2]), start_pos + k.shape[2])
+        self.tags[self.slot(kept)] = kept
+        return keys, values, positions
+
+
+class _Grown(_Rolling):
+    """Appends every step to the cache: right answers, and every position held, as Question 3's."""
+
+    def update(self, k, v, start_pos):
+        B = k.shape[0]
+        if start_pos == 0:
+            self.cache_k, self.cache_v = k.clone(), v.clone()
+        else:
+            self.cache_k = torch.cat([self.cache_k[:B], k], dim=2)
+            self.cache_v = torch.cat([self.cache_v[:B], v], dim=2)
+        return self.cache_k, self.cache_v, torch.arange(self.cache_k.shape[2])
+
+
+ROLLING_MISTAKES = [
+    Mistake(
+        "the buffer read after the step's keys are written: a chunk's first queries lose the keys its "
+        "later tokens overwrite",
+        "return the keys held before the step (and the step's own) first; write into the buffer after.",
+        _ReadAfterWriting,
+    ),
+    Mistake(
+        "a step longer than the window returns only its last W keys",
+        "every query of the step needs keys back to W - 1 before it: a prefill longer than W keeps only its "
+        "last W in the buffer, but its early queries attend over all of its keys.",
+        _LongStepCut,
+    ),
+    Mistake(
+        "one ring of n_sinks + W slots: the sinks are overwritten once it wraps",
+        "the sinks keep slots 0 .. n_sinks - 1 for good; only the window's W slots roll: slot "
+        "n_sinks + (p - n_sinks) % W.",
+        _OneRing,
+    ),
+    Mistake(
+        "the sinks never kept (the window alone)",
+        "the first n_sinks positions stay in the buffer and are returned at every step, besides the last W.",
+        _SinksForgotten,
+    ),
+    Mistake(
+        "one position short of the window: W - 2 positions held before a query instead of W - 1",
+        "query i sees keys i - W + 1 .. i: W keys, its own included.",
+        _OneShort,
+    ),
+    Mistake(
+        "the buffer's slots returned as the keys' positions",
+        "once the buffer wraps, slot and position differ: return the position each key was written at.",
+        _SlotsReturned,
+    ),
+    Mistake(
+        "the positions the slots held carried over from an earlier sequence",
+        "start_pos = 0 begins a new sequence: what the buffer holds from an earlier one is not to be "
+        "returned.",
+        _EarlierSequenceKept,
+    ),
+    Mistake(
+        "the cache grown by torch.cat at every step (all positions kept, as Question 3's)",
+        "allocate n_sinks + W slots once, in __init__, and write each position at its slot: the point is "
+        "memory that stops growing.",
+        _Grown,
+    ),
+]
+
+
 MISTAKES = {
     "09.rope_positions": ROPE_MISTAKES,
     "09.repeat_kv": REPEAT_MISTAKES,
@@ -808,4 +974,5 @@ MISTAKES = {
     "09.sampling_distribution": SAMPLING_MISTAKES,
     "09.generate": GENERATE_MISTAKES,
     "09.top_p": TOP_P_MISTAKES,
+    "09.rolling_cache": ROLLING_MISTAKES,
 }
