@@ -7,6 +7,7 @@ Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per
 """
 
 import json
+import math
 import re
 
 import nbformat
@@ -20,14 +21,22 @@ from autograder import reference
 from autograder.api import make_cases
 from autograder.checks.moe import (
     BALANCE,
+    BIAS_UPDATE,
+    BIASED_SELECTION,
     DIFFERENTIABLE,
     GRADIENT,
     INIT_CORE,
+    KEPT,
+    KEPT_ONLY,
+    KEPT_OUTPUT,
+    LARGE_LOGITS,
     LOAD_BALANCING,
     MOE_ROUTING,
     ONE_CALL,
     REGISTERED,
     ROUTING,
+    UNBIASED_WEIGHTS,
+    Z_LOSS,
     BlackBoxExpert,
 )
 from autograder.core import TOLERANCES
@@ -458,3 +467,189 @@ def test_an_answer_holding_the_lent_model_earns_nothing(check, answer):
     result = verdict(check, answer)
     assert result.points == 0, result.message
     assert "holds or names the class autograder.language_model.Course" in result.message, result.message
+
+
+# ----------------------------------------------- added: expert capacity, token dropping
+
+
+def test_capacity_keeps_first_choices_first_then_earlier_tokens_and_never_renormalises():
+    """By hand: N = 4, K = 2, E = 2, c = 0.5 gives C = ceil(0.5 * 4 * 2 / 2) = 2. Expert 0's queue is
+    (token 0, slot 0), (1, 0), (3, 0), then (2, 1): it keeps the first two. Expert 1's is (2, 0), then
+    (0, 1), (1, 1), (3, 1): it keeps (2, 0) and (0, 1). Token 3 loses both pairs, token 1 keeps one,
+    whose weight stays as given."""
+    selected = torch.tensor([[0, 1], [0, 1], [1, 0], [0, 1]])
+    weights = torch.tensor([[0.7, 0.3], [0.6, 0.4], [0.9, 0.1], [0.8, 0.2]])
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    experts = [nn.Identity(), nn.Identity()]
+    out, kept = ref("capacity_dispatch")(x, selected, weights, experts, 0.5)
+    assert kept.dtype == torch.bool
+    assert kept.tolist() == [[True, True], [True, False], [True, False], [False, False]]
+    torch.testing.assert_close(out, torch.stack([x[0], 0.6 * x[1], 0.9 * x[2], torch.zeros(3)]))
+
+
+def test_a_token_that_loses_every_pair_passes_a_pre_norm_block_unchanged():
+    torch.manual_seed(1)
+    moe, norm = ref("MoeLayer")(8, 12, 4, 2), nn.RMSNorm(8)
+    h = torch.randn(16, 8)
+    with torch.no_grad():
+        values, chosen = torch.topk(moe.gate(norm(h)), 2)
+        out, kept = ref("capacity_dispatch")(norm(h), chosen, F.softmax(values, -1), moe.experts, 0.25)
+    skipped = ~kept.any(-1)
+    assert skipped.any() and not skipped.all()
+    assert torch.equal((h + out)[skipped], h[skipped])
+
+
+@VISIBLE_AND_HIDDEN
+def test_the_capacity_cases_hold_drops_and_a_capacity_that_is_not_whole(seed):
+    """Every concern has a case where an expert overflows; among the kept-pairs cases, c N K / E is not
+    a whole number in one with K > 1 (a floor shows, and so does N / E)."""
+    cases = make_cases("06.capacity_dispatch", hidden=seed is not None, seed=0 if seed is None else seed)
+    for concern in (KEPT, KEPT_OUTPUT, KEPT_ONLY):
+        mine = [c for c in cases if c.concern == concern or (concern == KEPT and not c.concern)]
+        assert any(" 0 pair(s) over capacity" not in c.name for c in mine), concern
+    fractional = [
+        c
+        for c in cases
+        if c.inputs["part"] == "kept"
+        and c.inputs["selected_experts"].shape[1] > 1
+        and (c.inputs["capacity_factor"] * c.inputs["selected_experts"].numel() / len(c.inputs["experts"]))
+        % 1
+    ]
+    assert fractional
+
+
+def capacity_keeping(everything: bool):
+    """kept all True with the full routed output (no capacity at all), or all False with zeros."""
+
+    def answer(x, selected_experts, weights, experts, capacity_factor):
+        if not everything:
+            return torch.zeros_like(x), torch.zeros_like(selected_experts, dtype=torch.bool)
+        return ref("sorted_dispatch")(x, selected_experts, weights, experts), torch.ones_like(
+            selected_experts, dtype=torch.bool
+        )
+
+    return answer
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize("everything", [True, False], ids=["every pair kept", "nothing kept"])
+def test_keeping_every_pair_or_none_earns_nothing(everything, seed):
+    result = verdict("06.capacity_dispatch", capacity_keeping(everything), seed)
+    assert result.points == 0, result.message
+    assert "over-full experts drop, and every chosen expert keeps a pair" in result.message
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize(
+    ("impl", "lost"),
+    [
+        ("capacity_by_weight", {KEPT}),
+        ("capacity_token_by_token", {KEPT}),
+        ("capacity_floored", {KEPT}),
+        ("capacity_renormalised", {KEPT_OUTPUT, KEPT_ONLY}),  # the calls are earned by a right output
+        ("capacity_every_pair_computed", {KEPT_ONLY}),
+    ],
+)
+def test_a_capacity_mistake_costs_its_own_concern(impl, lost, seed):
+    """The output is judged against the pairs the answer kept: a wrong queue costs the kept pairs only."""
+    result = verdict("06.capacity_dispatch", mistake("06.capacity_dispatch", impl), seed)
+    assert {concern for concern, passed in parts(result).items() if not passed} == lost, result.message
+
+
+# ---------------------------------------------------------------- added: router z-loss
+
+
+def test_the_z_loss_is_the_mean_squared_log_sum_exp_and_stays_finite():
+    logits = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    by_hand = torch.log(torch.exp(logits).sum(-1)).square().mean()
+    torch.testing.assert_close(ref("router_z_loss")(logits), by_hand)
+    zeros = torch.zeros(4, 8)
+    torch.testing.assert_close(ref("router_z_loss")(zeros), torch.tensor(math.log(8) ** 2))
+    for offset in (1000.0, -1000.0):
+        loss = ref("router_z_loss")(zeros + offset)
+        torch.testing.assert_close(loss, torch.tensor((offset + math.log(8)) ** 2))
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_naive_log_sum_exp_loses_only_the_large_logits(seed):
+    result = verdict("06.router_z_loss", mistake("06.router_z_loss", "z_loss_naive_log_sum_exp"), seed)
+    assert parts(result) == {Z_LOSS: True, LARGE_LOGITS: False, DIFFERENTIABLE: True}, result.message
+    assert "contains inf" in result.message
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_detached_z_loss_loses_only_the_gradient(seed):
+    result = verdict("06.router_z_loss", mistake("06.router_z_loss", "z_loss_detached"), seed)
+    assert parts(result) == {Z_LOSS: True, LARGE_LOGITS: True, DIFFERENTIABLE: False}, result.message
+
+
+# ------------------------------------------- added: balancing without an auxiliary loss
+
+
+def test_the_bias_chooses_and_never_weighs():
+    """A bias of +1 on the least likely expert puts it in every top K, with its original score's share."""
+    scores = torch.tensor([[0.9, 0.6, 0.1], [0.2, 0.8, 0.3]])
+    selected, weights = ref("biased_routing")(scores, torch.tensor([0.0, 0.0, 1.0]), 2)
+    assert [sorted(row) for row in selected.tolist()] == [[0, 2], [1, 2]]
+    chosen = scores.gather(-1, selected)
+    torch.testing.assert_close(weights, chosen / chosen.sum(-1, keepdim=True))
+    plain_selected, plain_weights = ref("biased_routing")(scores, torch.zeros(3), 2)
+    torch.testing.assert_close(
+        plain_weights, torch.topk(scores, 2).values / torch.topk(scores, 2).values.sum(-1, keepdim=True)
+    )
+    assert torch.equal(plain_selected, torch.topk(scores, 2).indices)
+
+
+def test_the_update_lowers_the_overloaded_raises_the_underloaded_and_keeps_the_mean():
+    bias = torch.tensor([0.05, -0.02, 0.0, 0.01])
+    selected = torch.tensor([[0, 1], [0, 1], [0, 2], [2, 0]])  # loads 4, 2, 2, 0; mean 2
+    torch.testing.assert_close(
+        ref("update_bias")(bias, selected, 0.01), torch.tensor([0.04, -0.02, 0.0, 0.02])
+    )
+
+
+@VISIBLE_AND_HIDDEN
+@pytest.mark.parametrize(
+    ("impl", "lost"),
+    [
+        ("_routing_without_bias", BIASED_SELECTION),
+        ("_weights_from_biased_scores", UNBIASED_WEIGHTS),
+        ("_update_at_the_mean_lowered", BIAS_UPDATE),
+    ],
+)
+def test_a_biased_routing_mistake_costs_its_own_concern(impl, lost, seed):
+    (wrong,) = [
+        m.impl for m in reference.mistakes("06.biased_routing") if impl in {f.__name__ for f in m.impl}
+    ]
+    result = verdict("06.biased_routing", wrong, seed)
+    assert {concern for concern, passed in parts(result).items() if not passed} == {lost}, result.message
+
+
+CAPACITY_THROUGH_SORTED_DISPATCH = """
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def sorted_dispatch(x, selected_experts, weights, experts):  # Question 6 unfinished
+    raise NotImplementedError()
+
+
+def capacity_dispatch(x, selected_experts, weights, experts, capacity_factor):
+    num_tokens, k = selected_experts.shape
+    limit = math.ceil(capacity_factor * num_tokens * k / len(experts))
+    queue = F.one_hot(selected_experts.T.reshape(-1), len(experts))
+    kept = ((queue.cumsum(0) * queue).sum(-1) <= limit).reshape(k, num_tokens).T
+    return sorted_dispatch(x, selected_experts, weights * kept, experts), kept
+"""
+
+
+@VISIBLE_AND_HIDDEN
+def test_a_bug_of_question_6_costs_a_capacity_dispatch_that_calls_it_nothing(seed):
+    """sorted_dispatch gets a stand-in: the answer loses only the calls, since it computes every pair."""
+    names = {}
+    exec(CAPACITY_THROUGH_SORTED_DISPATCH, names)
+    result = verdict("06.capacity_dispatch", names["capacity_dispatch"], seed)
+    assert parts(result) == {KEPT: True, KEPT_OUTPUT: True, KEPT_ONLY: False}, result.message
+    assert names["sorted_dispatch"].__name__ == "sorted_dispatch"  # put back after the run

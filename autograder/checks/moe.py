@@ -6,10 +6,22 @@ in place of the student's and loads the case's gate weights, so a bug in the exp
 06.feed_forward's points only and the routing is judged on its own.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 
-from ..core import FLOAT32_GAP, Case, Check, Concern, ErrorHint, Outputs, Property, names_replaced
+from ..core import (
+    FLOAT32_GAP,
+    Case,
+    Check,
+    Concern,
+    ErrorHint,
+    NotAsAsked,
+    Outputs,
+    Property,
+    names_replaced,
+)
 from ._toolkit import (
     PARAMETERS_UNEXPECTED,
     BlackBoxExpert,
@@ -471,4 +483,272 @@ SORTED_DISPATCH = Check(
     hidden_points=1.0,
 )
 
-CHECKS = [FEED_FORWARD, MOE_INIT, MOE_ROUTING, LOAD_BALANCING, SORTED_DISPATCH]
+# ------------------------------------------------------ added: expert capacity, token dropping
+
+KEPT = "the pairs kept: C = ceil(c N K / E) per expert, first choices before second, earlier tokens first"
+KEPT_OUTPUT = "the output: the kept pairs weighted as given, nothing from the dropped ones"
+KEPT_ONLY = "each expert called at most once, on its kept pairs only"
+RESIDUAL = "output less what your kept pairs give"
+KEPT_COUNTS = ("pairs kept", "chosen experts keeping no pair")
+CALL_COUNTS = ("most calls to one expert", "rows the experts saw")
+DROPS_AND_KEEPS = "over-full experts drop, and every chosen expert keeps a pair"
+
+
+def capacity(capacity_factor: float, num_tokens: int, k: int, num_experts: int) -> int:
+    """C = ceil(c N K / E): the (token, slot) pairs one expert may take."""
+    return math.ceil(capacity_factor * num_tokens * k / num_experts)
+
+
+def _kept_rows(inputs: dict, kept: Tensor) -> Tensor:
+    """What the pairs marked in `kept` give, with the case's experts: sum of weight * expert(x)."""
+    x, selected, weights = inputs["x"], inputs["selected_experts"], inputs["weights"]
+    out = torch.zeros_like(x)
+    for i, (a, b) in enumerate(inputs["experts"]):
+        token_idx, slot_idx = torch.where((selected == i) & kept)
+        out.index_add_(0, token_idx, weights[token_idx, slot_idx, None] * torch.tanh(x[token_idx] @ a + b))
+    return out
+
+
+def _dispatch_stand_in(x: Tensor, selected_experts: Tensor, weights: Tensor, experts) -> Tensor:
+    """Question 6's sorted_dispatch, for a capacity_dispatch that calls it: the homework's loop over
+    experts, which the notebook shows, so that a bug of Question 6 costs this question nothing."""
+    out = torch.zeros_like(x)
+    for number, expert in enumerate(experts):
+        token_idx, slot_idx = torch.where(selected_experts == number)
+        if len(token_idx):
+            rows = weights[token_idx, slot_idx].unsqueeze(-1) * expert(x[token_idx])
+            out.index_put_((token_idx,), rows, accumulate=True)
+    return out
+
+
+def run_capacity(capacity_dispatch, case: Case) -> Outputs:
+    inputs = case.inputs
+    tallies = [{"calls": 0, "rows": 0} for _ in inputs["experts"]]
+    experts = [counted_expert(a, b, tally) for (a, b), tally in zip(inputs["experts"], tallies, strict=True)]
+    with names_replaced(capacity_dispatch, {"sorted_dispatch": _dispatch_stand_in}):
+        returned = capacity_dispatch(
+            inputs["x"], inputs["selected_experts"], inputs["weights"], experts, inputs["capacity_factor"]
+        )
+    if not isinstance(returned, tuple) or len(returned) != 2:
+        raise NotAsAsked(
+            f"capacity_dispatch returned a {type(returned).__name__}, not the pair (out, kept): the (N, D) "
+            "output and the (N, K) boolean mask of the pairs kept"
+        )
+    out, kept = returned
+    if not isinstance(out, Tensor) or out.shape != inputs["x"].shape:
+        what = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise NotAsAsked(f"out should be a tensor of the shape of x, {tuple(inputs['x'].shape)}; got {what}")
+    shape = tuple(inputs["selected_experts"].shape)
+    if not isinstance(kept, Tensor) or kept.dtype != torch.bool or tuple(kept.shape) != shape:
+        what = f"{kept.dtype} {tuple(kept.shape)}" if isinstance(kept, Tensor) else type(kept).__name__
+        raise NotAsAsked(
+            f"kept should be a torch.bool tensor of shape {shape}, one flag per (token, slot); got {what}"
+        )
+    if inputs["part"] == "kept":
+        return {"kept": kept}
+    # The output is judged against the pairs the student kept: which pairs those are is KEPT's to grade.
+    selected, num_experts = inputs["selected_experts"], len(experts)
+    chosen = torch.bincount(selected.flatten(), minlength=num_experts) > 0
+    keeping = torch.bincount(selected[kept], minlength=num_experts) > 0
+    return {
+        RESIDUAL: out - _kept_rows(inputs, kept),
+        "pairs kept": kept.sum(),
+        "chosen experts keeping no pair": (chosen & ~keeping).sum(),
+        "most calls to one expert": torch.tensor(max(tally["calls"] for tally in tallies)),
+        "rows the experts saw": torch.tensor(sum(tally["rows"] for tally in tallies)),
+    }
+
+
+def _drops_and_keeps(case: Case, out: Outputs) -> str | None:
+    """An answer that keeps every pair, or none, would pass the output alone: it must drop as an
+    over-full expert does, and keep at least one pair of every expert chosen (C >= 1)."""
+    selected = case.inputs["selected_experts"]
+    n, k = selected.shape
+    load = torch.bincount(selected.flatten(), minlength=len(case.inputs["experts"]))
+    limit = capacity(case.inputs["capacity_factor"], n, k, load.numel())
+    if int(load.max()) > limit and int(out["pairs kept"]) == n * k:
+        return (
+            f"every one of the {n * k} pairs was kept, while an expert was chosen {int(load.max())} times "
+            f"with a capacity of C = {limit}: the pairs beyond an expert's capacity are dropped"
+        )
+    if int(out["chosen experts keeping no pair"]):
+        return (
+            f"{int(out['chosen experts keeping no pair'])} expert(s) chosen by some token kept no pair: with "
+            "a capacity factor above 0, C is at least 1, and each expert keeps its first pairs up to C"
+        )
+    return None
+
+
+def _kept_only(case: Case, out: Outputs) -> str | None:
+    calls, rows, kept = (
+        int(out[key]) for key in ("most calls to one expert", "rows the experts saw", "pairs kept")
+    )
+    if calls > 1:
+        return f"one expert was called {calls} times: run each expert once, on all of its kept pairs together"
+    if rows != kept:
+        return (
+            f"the experts saw {rows} rows in all, for the {kept} pairs you kept: an expert runs on its kept "
+            "pairs only; a dropped pair is never computed (that is the work a capacity saves)"
+        )
+    return None
+
+
+CAPACITY_DISPATCH = Check(
+    name="06.capacity_dispatch",
+    target="capacity_dispatch",
+    run=run_capacity,
+    added=True,
+    concerns=[Concern(KEPT, weight=2), Concern(KEPT_OUTPUT, weight=2), Concern(KEPT_ONLY, weight=1)],
+    measured=(*KEPT_COUNTS, *CALL_COUNTS),  # judged by the properties
+    outputs={
+        "kept": "kept, the mask of the (token, slot) pairs kept",
+        RESIDUAL: "your output less the weighted outputs of the pairs your kept marks (the check's experts)",
+        "pairs kept": "the number of pairs kept",
+        "chosen experts keeping no pair": "the number of experts chosen by some token that kept no pair",
+        "most calls to one expert": "the most calls any one expert received",
+        "rows the experts saw": "the number of rows the experts were given, all together",
+    },
+    properties=[
+        # Judged with the output and with the calls, which an answer keeping all or nothing would pass.
+        Property(DROPS_AND_KEEPS, _drops_and_keeps, concern=KEPT_OUTPUT),
+        Property(DROPS_AND_KEEPS, _drops_and_keeps, concern=KEPT_ONLY),
+        Property("one call per expert, on its kept pairs only", _kept_only, concern=KEPT_ONLY),
+    ],
+    hints=[
+        "Give every (token, slot) pair a place in its expert's queue: 0 for the first pair to reach it, 1 "
+        "for the next, and so on, in the order the question fixes. A pair is kept when its place is below C.",
+        "Test it by hand: N = 4 tokens, K = 1, all on expert 0 of E = 2, capacity factor 1: C = 2, so "
+        "tokens 0 and 1 are kept and 2 and 3 dropped. With K = 2, every token's first choice queues before "
+        "any second choice.",
+        "Read the pairs slot by slot: selected_experts.T.reshape(-1) lists all first choices (token 0 to "
+        "N - 1), then all second choices. A cumulative count per expert along that list (one_hot, cumsum) "
+        "gives each pair's place in its expert's queue.",
+        "C = math.ceil(capacity_factor * N * K / E); kept = (place < C), reshaped to (K, N) and transposed. "
+        "Then route as sorted_dispatch or the homework's loop does, over the pairs with "
+        "(selected_experts == i) & kept, multiplying by the weights as they are.",
+    ],
+)
+
+# --------------------------------------------------------------------- added: router z-loss
+
+Z_LOSS = "mean over tokens of logsumexp(logits over the experts) squared"
+LARGE_LOGITS = "finite and exact for logits of 100 and more (a stable log-sum-exp)"
+
+
+def run_z_loss(router_z_loss, case: Case) -> Outputs:
+    logits = case.inputs["router_logits"].clone().requires_grad_(bool(case.inputs.get("gradient")))
+    loss = torch.as_tensor(router_z_loss(logits))
+    if not case.inputs.get("gradient"):
+        return {"loss": loss}
+    # No gradient at all is a zero gradient: compared (and a known mistake named), then explained.
+    gradient = torch.autograd.grad(loss, logits, allow_unused=True)[0] if loss.requires_grad else None
+    return {"gradient": torch.zeros_like(logits) if gradient is None else gradient}
+
+
+def _z_logits_get_gradient(case: Case, out: Outputs) -> str | None:
+    if "gradient" not in out or bool(out["gradient"].any()):
+        return None
+    return (
+        "no gradient reaches router_logits: the z-loss trains the router, so compute it from the logits with "
+        "torch operations (no .detach(), .item(), numpy or torch.no_grad())"
+    )
+
+
+ROUTER_Z_LOSS = Check(
+    name="06.router_z_loss",
+    target="router_z_loss",
+    run=run_z_loss,
+    added=True,
+    concerns=[Concern(Z_LOSS, weight=2), Concern(LARGE_LOGITS, weight=1), Concern(DIFFERENTIABLE, weight=1)],
+    exact_dtype=False,  # a loss computed in float64 is as right as the reference's float32
+    outputs={"loss": "the z-loss", "gradient": "the gradient of the z-loss with respect to router_logits"},
+    properties=[Property("the logits get a gradient", _z_logits_get_gradient, concern=DIFFERENTIABLE)],
+    hints=[
+        "Per token, one number from its E logits: the log of the sum of their exponentials. Square it, then "
+        "average over the tokens (every dimension but the last).",
+        "Test yourself: for logits of shape (N, E) all 0, each token's log-sum-exp is log E, so the loss is "
+        "(log E)^2; adding 1000 to every logit adds 1000 to each log-sum-exp, and the loss must stay finite.",
+        "exp(100) is more than float32 can hold (about 3.4e38, e^88.7): a log of a sum of exponentials "
+        "overflows there. torch.logsumexp subtracts each row's largest logit first, which changes nothing in "
+        "exact arithmetic: log sum exp(l) = m + log sum exp(l - m).",
+        "torch.logsumexp(router_logits, dim=-1) is (...,), one value per token; return its square's mean "
+        "over every element, a 0-dimensional tensor.",
+    ],
+    hidden_points=1.0,
+)
+
+# ------------------------------------------- added: balancing without an auxiliary loss
+
+BIASED_SELECTION = "the top K of scores + bias"
+UNBIASED_WEIGHTS = "the weights: the selected experts' original scores, normalised (the bias never weighs)"
+BIAS_UPDATE = "the update: bias - gamma * sign(load - mean load)"
+WEIGHTS_RESIDUAL = "weights less your selection's normalised original scores"
+
+
+def run_biased_routing(answers, case: Case) -> Outputs:
+    biased_routing, update_bias = answers
+    inputs = case.inputs
+    if inputs["part"] == "update":
+        return {
+            "bias": torch.as_tensor(update_bias(inputs["bias"], inputs["selected_experts"], inputs["gamma"]))
+        }
+    returned = biased_routing(inputs["scores"], inputs["bias"], inputs["k"])
+    if not isinstance(returned, tuple) or len(returned) != 2:
+        raise NotAsAsked(
+            f"biased_routing returned a {type(returned).__name__}, not the pair (selected_experts, weights)"
+        )
+    selected, weights = returned
+    shape = (inputs["scores"].shape[0], inputs["k"])
+    for what, value in (("selected_experts", selected), ("weights", weights)):
+        if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+            found = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise NotAsAsked(f"{what} should have shape {shape}, (N, K); got {found}")
+    if selected.dtype != torch.long:
+        raise NotAsAsked(f"selected_experts should hold expert indices, torch.long; got {selected.dtype}")
+    if inputs["part"] == "selection":  # a set per token: the order of the K is free
+        return {"selected experts, sorted per token": selected.sort(dim=-1).values}
+    # The weights are judged against the experts the student selected: which those are is the selection's.
+    chosen = inputs["scores"].gather(-1, selected)
+    return {WEIGHTS_RESIDUAL: weights - chosen / chosen.sum(-1, keepdim=True)}
+
+
+BIASED_ROUTING = Check(
+    name="06.biased_routing",
+    target=("biased_routing", "update_bias"),
+    run=run_biased_routing,
+    added=True,
+    concerns=[
+        Concern(BIASED_SELECTION, weight=2),
+        Concern(UNBIASED_WEIGHTS, weight=1),
+        Concern(BIAS_UPDATE, weight=1),
+    ],
+    outputs={
+        "selected experts, sorted per token": "biased_routing's selected experts, sorted within each token",
+        WEIGHTS_RESIDUAL: "biased_routing's weights less the original scores of the experts it selected, "
+        "each token's divided by their sum",
+        "bias": "update_bias's new bias",
+    },
+    hints=[
+        "Two numbers per expert and token: the score s, which weighs, and s + b, which only chooses. The "
+        "update compares each expert's load in the batch with the mean load.",
+        "Test it: with bias = 0 the selection is torch.topk(scores, k); a bias of +1 on one expert puts it "
+        "in every token's top K (scores lie in (0, 1)) without changing its weight's formula. For the "
+        "update, count the assignments per expert: N K of them, N K / E on average.",
+        "selected = topk(scores + bias, k).indices; weights = scores.gather(-1, selected), divided by their "
+        "sum per token. The load is torch.bincount(selected_experts.flatten(), minlength=E).",
+        "update_bias returns bias - gamma * torch.sign(load - load.mean()), the load in floating point: an "
+        "expert above the mean loses gamma, one below gains gamma, one exactly at the mean keeps its bias.",
+    ],
+    hidden_points=1.0,
+)
+
+CHECKS = [
+    FEED_FORWARD,
+    MOE_INIT,
+    MOE_ROUTING,
+    LOAD_BALANCING,
+    SORTED_DISPATCH,
+    CAPACITY_DISPATCH,
+    ROUTER_Z_LOSS,
+    BIASED_ROUTING,
+]

@@ -6,9 +6,13 @@ N = B * T tokens. The reference routes with the homework's loop over experts (to
 top K, renormalise; Hugging Face's order) is the same function.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from grader.casework import Answer
 
 # ------------------------------------------------------------------------- FeedForward
 
@@ -211,3 +215,106 @@ ALTERNATIVES = {
     "06.load_balancing": [balance_bincount, balance_scatter_add],
     "06.sorted_dispatch": [dispatch_with_where, dispatch_with_sort_and_offsets],
 }
+
+
+# ------------------------------------------------------------ expert capacity (added)
+
+
+def capacity_by_where_on_slots(x, selected_experts, weights, experts, capacity_factor):
+    """torch.where on the (K, N) transpose lists an expert's pairs slot by slot, earlier tokens first:
+    its first C are kept. Then one call per expert on those rows."""
+    num_tokens, k = selected_experts.shape
+    limit = math.ceil(num_tokens * k * capacity_factor / len(experts))
+    kept = torch.zeros(k, num_tokens, dtype=torch.bool)
+    out = torch.zeros_like(x)
+    for i, expert in enumerate(experts):
+        slots, tokens = torch.where(selected_experts.T == i)  # row-major: slot first, then token
+        slots, tokens = slots[:limit], tokens[:limit]
+        kept[slots, tokens] = True
+        if tokens.numel():
+            out.index_add_(0, tokens, weights[tokens, slots, None] * expert(x[tokens]))
+    return out, kept.T
+
+
+def capacity_with_counters(x, selected_experts, weights, experts, capacity_factor):
+    """The queue walked in Python with one counter per expert; then the pairs sorted by expert, as
+    sorted_dispatch does, and each expert run once on its kept rows."""
+    num_tokens, k = selected_experts.shape
+    limit = -(-capacity_factor * num_tokens * k // len(experts))  # ceil without math
+    taken = [0] * len(experts)
+    kept = torch.zeros(num_tokens, k, dtype=torch.bool)
+    for slot in range(k):
+        for token in range(num_tokens):
+            expert = int(selected_experts[token, slot])
+            if taken[expert] < limit:
+                taken[expert] += 1
+                kept[token, slot] = True
+    token_of_pair, slot_of_pair = torch.nonzero(kept, as_tuple=True)
+    expert_of_pair = selected_experts[token_of_pair, slot_of_pair]
+    order = torch.argsort(expert_of_pair, stable=True)
+    token_of_pair, slot_of_pair = token_of_pair[order], slot_of_pair[order]
+    counts = torch.bincount(expert_of_pair, minlength=len(experts)).tolist()
+    rows = x[token_of_pair].split(counts)
+    outputs = [expert(chunk) for expert, chunk in zip(experts, rows, strict=True) if len(chunk)]
+    out = torch.zeros_like(x)
+    if outputs:
+        out.index_add_(0, token_of_pair, torch.cat(outputs) * weights[token_of_pair, slot_of_pair, None])
+    return out, kept
+
+
+ALTERNATIVES["06.capacity_dispatch"] = [capacity_by_where_on_slots, capacity_with_counters]
+
+
+# ------------------------------------------------------------------- router z-loss (added)
+
+
+def z_loss_shifted_by_the_max(router_logits):
+    """The log-sum-exp written out, each row shifted by its largest logit."""
+    largest = router_logits.amax(dim=-1, keepdim=True)  # (..., 1)
+    lse = largest.squeeze(-1) + torch.log(torch.exp(router_logits - largest).sum(dim=-1))
+    return (lse**2).mean()
+
+
+def z_loss_from_log_softmax(router_logits):
+    """log softmax(l)_i = l_i - logsumexp(l): the log-sum-exp is any logit less its log-probability."""
+    lse = (router_logits - F.log_softmax(router_logits, dim=-1))[..., 0]
+    return torch.mean(lse * lse)
+
+
+ALTERNATIVES["06.router_z_loss"] = [z_loss_shifted_by_the_max, z_loss_from_log_softmax]
+
+
+# ------------------------------------------- balancing without an auxiliary loss (added)
+
+
+def routing_by_argsort(scores, bias, k):
+    """argsort of the biased scores; the weights gathered by fancy indexing."""
+    selected = torch.argsort(scores + bias, dim=-1, descending=True)[:, :k]
+    chosen = scores[torch.arange(scores.shape[0])[:, None], selected]
+    return selected, chosen / chosen.sum(dim=-1, keepdim=True)
+
+
+def update_by_comparisons(bias, selected_experts, gamma):
+    """The load from one_hot; the three cases written out with torch.where."""
+    load = F.one_hot(selected_experts.reshape(-1), bias.shape[0]).sum(0)  # (E,)
+    mean = selected_experts.numel() / bias.shape[0]
+    return torch.where(load > mean, bias - gamma, torch.where(load < mean, bias + gamma, bias))
+
+
+def routing_by_masking(scores, bias, k):
+    """The top K of scores + bias, its weights as a dense (N, E) row masked to those K."""
+    selected = torch.topk(scores + bias, k, sorted=False).indices
+    mask = torch.zeros_like(scores).scatter(-1, selected, 1.0)
+    dense = scores * mask / (scores * mask).sum(-1, keepdim=True)  # (N, E)
+    return selected, dense.gather(-1, selected)
+
+
+def update_in_float64(bias, selected_experts, gamma):
+    load = torch.bincount(selected_experts.flatten(), minlength=len(bias)).double()
+    return (bias.double() + gamma * torch.sign(load.mean() - load)).float()
+
+
+ALTERNATIVES["06.biased_routing"] = [
+    Answer("argsort_comparisons", routing_by_argsort, update_by_comparisons),
+    Answer("masking_float64", routing_by_masking, update_in_float64),
+]

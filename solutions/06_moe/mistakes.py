@@ -11,6 +11,8 @@ of their own.
 Key: B batch, T sequence length, D hidden size, F d_ff, E experts, K experts per token.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -452,8 +454,8 @@ MISTAKES = {
     "06.moe_routing": [
         Mistake(
             "softmax over all E logits, then the top K probabilities, not renormalised",
-            "in this question (Mixtral's convention) the K weights sum to 1: divide the top K probabilities by "
-            f"their sum (Hugging Face's order), or take the softmax of the top K logits only: {ROUTE}.",
+            "in this question (Mixtral's convention) the K weights sum to 1: divide the top K probabilities "
+            f"by their sum (Hugging Face's order), or take the softmax of the top K logits only: {ROUTE}.",
             NotRenormalised,
         ),
         Mistake(
@@ -633,5 +635,396 @@ MISTAKES["06.sorted_dispatch"] = [
         "one expert call per token and slot (a Python loop over tokens)",
         f"run each expert once, on all its tokens together: {SORTED}.",
         dispatch_per_token,
+    ),
+]
+
+
+# ---------------------------------------------------- expert capacity, token dropping (added)
+
+
+def _queue_places(order_keys, selected_experts, num_experts):
+    """Each pair's place in its expert's queue, the pairs queued by ascending `order_keys` (N, K)."""
+    order = torch.argsort(order_keys.reshape(-1), stable=True)
+    queue = F.one_hot(selected_experts.reshape(-1)[order], num_experts)  # (N K, E), in queue order
+    places = torch.empty_like(order)
+    places[order] = (queue.cumsum(0) * queue).sum(-1) - 1
+    return places.reshape(selected_experts.shape)
+
+
+def _slot_major(selected_experts):
+    """The course's queue: slot by slot, earlier tokens first within a slot."""
+    num_tokens, k = selected_experts.shape
+    return torch.arange(k)[None, :] * num_tokens + torch.arange(num_tokens)[:, None]
+
+
+def _route_kept(x, selected_experts, weights, experts, kept):
+    out = torch.zeros_like(x)
+    for i, expert in enumerate(experts):
+        token_idx, slot_idx = torch.where((selected_experts == i) & kept)
+        if token_idx.numel():
+            out.index_add_(0, token_idx, weights[token_idx, slot_idx, None] * expert(x[token_idx]))
+    return out
+
+
+def _kept_with(selected_experts, num_experts, limit, order_keys=None):
+    keys = _slot_major(selected_experts) if order_keys is None else order_keys
+    return _queue_places(keys, selected_experts, num_experts) < limit
+
+
+def _course_capacity(capacity_factor, selected_experts, num_experts):
+    return math.ceil(capacity_factor * selected_experts.numel() / num_experts)  # N K pairs
+
+
+def capacity_floored(x, selected_experts, weights, experts, capacity_factor):
+    num_tokens, k = selected_experts.shape
+    limit = math.floor(capacity_factor * num_tokens * k / len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_without_k(x, selected_experts, weights, experts, capacity_factor):
+    """C = ceil(c N / E): an expert's share of the tokens, not of the N K pairs."""
+    limit = math.ceil(capacity_factor * selected_experts.shape[0] / len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_last_tokens_first(x, selected_experts, weights, experts, capacity_factor):
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    num_tokens, k = selected_experts.shape
+    keys = torch.arange(k)[None, :] * num_tokens + torch.arange(num_tokens - 1, -1, -1)[:, None]
+    kept = _kept_with(selected_experts, len(experts), limit, keys)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_by_weight(x, selected_experts, weights, experts, capacity_factor):
+    """V-MoE's batch-prioritized order: the largest weights first, whatever the slot."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit, -weights)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_token_by_token(x, selected_experts, weights, experts, capacity_factor):
+    """The pairs queued in the (N, K) tensor's own order: token 0's K choices, then token 1's."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    keys = torch.arange(selected_experts.numel()).reshape(selected_experts.shape)
+    kept = _kept_with(selected_experts, len(experts), limit, keys)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_whole_token_dropped(x, selected_experts, weights, experts, capacity_factor):
+    """A token loses all its pairs when one of them is over capacity."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit).all(-1, keepdim=True).expand_as(selected_experts)
+    return _route_kept(x, selected_experts, weights, experts, kept), kept
+
+
+def capacity_renormalised(x, selected_experts, weights, experts, capacity_factor):
+    """The kept weights of each token divided by their sum."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit)
+    kept_weights = weights * kept
+    total = kept_weights.sum(-1, keepdim=True)
+    shared = torch.where(total > 0, kept_weights / total.clamp(min=1e-30), 0.0)
+    return _route_kept(x, selected_experts, shared, experts, kept), kept
+
+
+def capacity_dropped_still_added(x, selected_experts, weights, experts, capacity_factor):
+    """kept is right, but every pair's output is added, the dropped ones too."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit)
+    everything = torch.ones_like(kept)
+    return _route_kept(x, selected_experts, weights, experts, everything), kept
+
+
+def capacity_every_pair_computed(x, selected_experts, weights, experts, capacity_factor):
+    """Right output, but each expert runs on all its pairs, the dropped ones then weighted 0."""
+    limit = _course_capacity(capacity_factor, selected_experts, len(experts))
+    kept = _kept_with(selected_experts, len(experts), limit)
+    everything = torch.ones_like(kept)
+    return _route_kept(x, selected_experts, weights * kept, experts, everything), kept
+
+
+QUEUE = (
+    "C = ceil(capacity_factor * N * K / E) pairs per expert; the pairs queue slot by slot (every token's "
+    "first choice before any second choice), earlier tokens first within a slot, and each expert keeps the "
+    "first C of its queue"
+)
+DROPPED = (
+    "a kept pair adds its weight, as given, times its expert's output; a dropped pair adds nothing, and the "
+    "kept weights are not renormalised"
+)
+
+MISTAKES["06.capacity_dispatch"] = [
+    Mistake(
+        "the capacity rounded down (floor) instead of up",
+        f"round c N K / E up, so that C >= 1 for any capacity factor: {QUEUE}.",
+        capacity_floored,
+    ),
+    Mistake(
+        "the capacity taken from N / E, ignoring the K pairs of each token",
+        f"the N tokens make N K (token, slot) pairs, and an even share is N K / E: {QUEUE}.",
+        capacity_without_k,
+    ),
+    Mistake(
+        "the last tokens queued first",
+        f"earlier tokens are kept first, within each slot: {QUEUE}.",
+        capacity_last_tokens_first,
+    ),
+    Mistake(
+        "the pairs queued by their weight (V-MoE's batch-prioritized routing), not by slot and position",
+        f"this question fixes the slot-then-position order of GShard and Switch: {QUEUE}.",
+        capacity_by_weight,
+    ),
+    Mistake(
+        "the pairs queued token by token (token 0's K choices, then token 1's), not slot by slot",
+        f"every token's first choice queues before any token's second choice: {QUEUE}.",
+        capacity_token_by_token,
+    ),
+    Mistake(
+        "a token dropped whole when one of its pairs is over capacity",
+        f"capacity drops (token, slot) pairs, each on its own: {QUEUE}.",
+        capacity_whole_token_dropped,
+    ),
+    Mistake(
+        "the kept weights renormalised to sum to 1",
+        f"Switch Transformer does not renormalise: {DROPPED}.",
+        capacity_renormalised,
+    ),
+    Mistake(
+        "the dropped pairs' outputs still added to their tokens",
+        f"a pair dropped is dropped from the output too: {DROPPED}.",
+        capacity_dropped_still_added,
+    ),
+    Mistake(
+        "every pair computed by its expert, the dropped ones then weighted 0",
+        "a dropped pair is never computed, which is the work a capacity saves: give each expert only its "
+        "kept pairs.",
+        capacity_every_pair_computed,
+    ),
+]
+
+
+# ------------------------------------------------------------------- router z-loss (added)
+
+
+def z_loss_naive_log_sum_exp(router_logits):
+    return torch.log(torch.exp(router_logits).sum(-1)).square().mean()
+
+
+def z_loss_summed(router_logits):
+    return torch.logsumexp(router_logits, dim=-1).square().sum()
+
+
+def z_loss_square_of_mean(router_logits):
+    return torch.logsumexp(router_logits, dim=-1).mean().square()
+
+
+def z_loss_squares_inside(router_logits):
+    return torch.logsumexp(router_logits.square(), dim=-1).mean()
+
+
+def z_loss_not_squared(router_logits):
+    return torch.logsumexp(router_logits, dim=-1).mean()
+
+
+def z_loss_of_the_largest_logit(router_logits):
+    return router_logits.amax(dim=-1).square().mean()
+
+
+def z_loss_of_the_logits(router_logits):
+    """An L2 penalty on every logit, not on each token's log-sum-exp."""
+    return router_logits.square().mean()
+
+
+def z_loss_over_the_first_dimension(router_logits):
+    return torch.logsumexp(router_logits, dim=0).square().mean()
+
+
+def z_loss_detached(router_logits):
+    return torch.logsumexp(router_logits.detach(), dim=-1).square().mean()
+
+
+Z = "z = mean over the tokens of (log sum_i exp(logit_i))^2, the sum over each token's E logits"
+
+MISTAKES["06.router_z_loss"] = [
+    Mistake(
+        "log(sum(exp(logits))) computed as written: exp overflows float32 above about 88.7",
+        f"subtract each token's largest logit before the exponential and add it back after the log (what "
+        f"torch.logsumexp does): {Z}.",
+        z_loss_naive_log_sum_exp,
+    ),
+    Mistake(
+        "the squares summed over the tokens instead of averaged",
+        f"a mean, so that the loss does not grow with the batch: {Z}.",
+        z_loss_summed,
+    ),
+    Mistake(
+        "the mean of the log-sum-exps squared, instead of the mean of their squares",
+        f"square each token's log-sum-exp, then average: {Z}.",
+        z_loss_square_of_mean,
+    ),
+    Mistake(
+        "the logits squared inside the log-sum-exp",
+        f"the square goes outside, on each token's log-sum-exp: {Z}.",
+        z_loss_squares_inside,
+    ),
+    Mistake(
+        "the log-sum-exp not squared",
+        f"square each token's log-sum-exp before the mean: {Z}.",
+        z_loss_not_squared,
+    ),
+    Mistake(
+        "each token's largest logit in place of its log-sum-exp",
+        f"the log-sum-exp counts every logit, not only the largest: {Z}.",
+        z_loss_of_the_largest_logit,
+    ),
+    Mistake(
+        "the mean of the squared logits (an L2 penalty), not of the squared log-sum-exps",
+        f"one log-sum-exp per token first: {Z}.",
+        z_loss_of_the_logits,
+    ),
+    Mistake(
+        "the log-sum-exp taken over the first dimension instead of over the experts (dim=-1)",
+        f"each token's log-sum-exp runs over its E logits, the last dimension: {Z}.",
+        z_loss_over_the_first_dimension,
+    ),
+    Mistake(
+        "the logits detached: no gradient reaches the router",
+        f"the z-loss must stay a differentiable function of router_logits: no .detach() or torch.no_grad(). "
+        f"{Z}.",
+        z_loss_detached,
+    ),
+]
+
+
+# ------------------------------------------- balancing without an auxiliary loss (added)
+
+
+def _routed(scores, bias, k):
+    """The right routing, for the mistakes of the update."""
+    selected = torch.topk(scores + bias, k).indices
+    chosen = scores.gather(-1, selected)
+    return selected, chosen / chosen.sum(-1, keepdim=True)
+
+
+def _updated(bias, selected_experts, gamma):
+    """The right update, for the mistakes of the routing."""
+    load = torch.bincount(selected_experts.flatten(), minlength=bias.numel()).float()
+    return bias - gamma * torch.sign(load - load.mean())
+
+
+def _routing_without_bias(scores, bias, k):
+    selected = torch.topk(scores, k).indices
+    chosen = scores.gather(-1, selected)
+    return selected, chosen / chosen.sum(-1, keepdim=True)
+
+
+def _routing_bias_subtracted(scores, bias, k):
+    selected = torch.topk(scores - bias, k).indices
+    chosen = scores.gather(-1, selected)
+    return selected, chosen / chosen.sum(-1, keepdim=True)
+
+
+def _weights_from_biased_scores(scores, bias, k):
+    biased = scores + bias
+    chosen, selected = torch.topk(biased, k)
+    return selected, chosen / chosen.sum(-1, keepdim=True)
+
+
+def _weights_not_normalised(scores, bias, k):
+    selected = torch.topk(scores + bias, k).indices
+    return selected, scores.gather(-1, selected)
+
+
+def _weights_softmax(scores, bias, k):
+    """DeepSeek-V2's softmax over the selected scores, in place of V3's division by their sum."""
+    selected = torch.topk(scores + bias, k).indices
+    return selected, F.softmax(scores.gather(-1, selected), dim=-1)
+
+
+def _update_sign_flipped(bias, selected_experts, gamma):
+    load = torch.bincount(selected_experts.flatten(), minlength=bias.numel()).float()
+    return bias + gamma * torch.sign(load - load.mean())
+
+
+def _update_by_the_gap(bias, selected_experts, gamma):
+    """gamma times the load's gap to the mean, not its sign."""
+    load = torch.bincount(selected_experts.flatten(), minlength=bias.numel()).float()
+    return bias - gamma * (load - load.mean())
+
+
+def _update_at_the_mean_lowered(bias, selected_experts, gamma):
+    load = torch.bincount(selected_experts.flatten(), minlength=bias.numel()).float()
+    return torch.where(load < load.mean(), bias + gamma, bias - gamma)
+
+
+def _update_first_choices_only(bias, selected_experts, gamma):
+    load = torch.bincount(selected_experts[:, 0], minlength=bias.numel()).float()
+    return bias - gamma * torch.sign(load - load.mean())
+
+
+def _update_mean_without_k(bias, selected_experts, gamma):
+    """The mean load taken as N / E: the tokens' share, not the N K assignments'."""
+    load = torch.bincount(selected_experts.flatten(), minlength=bias.numel()).float()
+    return bias - gamma * torch.sign(load - selected_experts.shape[0] / bias.numel())
+
+
+CHOOSE = "the bias is added to the scores to choose each token's top K experts: topk(scores + bias, k)"
+WEIGH = (
+    "the weights come from the original scores of the experts chosen, divided by their sum per token; the "
+    "bias never enters them"
+)
+UPDATE = (
+    "load_i = the assignments to expert i in the batch (all K per token), mean = N K / E; an expert above "
+    "the mean loses gamma, one below gains gamma, one exactly at the mean keeps its bias"
+)
+
+MISTAKES["06.biased_routing"] = [
+    Mistake("the selection made without the bias", f"{CHOOSE}.", (_routing_without_bias, _updated)),
+    Mistake(
+        "the bias subtracted from the scores to choose",
+        f"an underloaded expert has a positive bias, which must make it more likely to be chosen: {CHOOSE}.",
+        (_routing_bias_subtracted, _updated),
+    ),
+    Mistake(
+        "the weights taken from the biased scores",
+        f"the bias only chooses; {WEIGH}.",
+        (_weights_from_biased_scores, _updated),
+    ),
+    Mistake(
+        "the weights not normalised over the experts chosen",
+        f"DeepSeek-V3 divides the chosen sigmoid scores by their sum: {WEIGH}.",
+        (_weights_not_normalised, _updated),
+    ),
+    Mistake(
+        "a softmax over the chosen scores (DeepSeek-V2's gate) instead of dividing them by their sum",
+        f"the scores are already sigmoid affinities in (0, 1): {WEIGH}.",
+        (_weights_softmax, _updated),
+    ),
+    Mistake(
+        "the update's sign flipped: an overloaded expert's bias raised",
+        f"a bias that rises makes an expert chosen more often: {UPDATE}.",
+        (_routed, _update_sign_flipped),
+    ),
+    Mistake(
+        "the bias moved by gamma times the load's gap to the mean, not by gamma",
+        f"the step is gamma whatever the gap, only its sign counts: {UPDATE}.",
+        (_routed, _update_by_the_gap),
+    ),
+    Mistake(
+        "an expert exactly at the mean load lowered",
+        f"sign(0) = 0: {UPDATE}.",
+        (_routed, _update_at_the_mean_lowered),
+    ),
+    Mistake(
+        "the load counted from each token's first choice only",
+        f"every one of the K choices is an assignment: {UPDATE}.",
+        (_routed, _update_first_choices_only),
+    ),
+    Mistake(
+        "the mean load taken as N / E, ignoring the K choices of each token",
+        f"{UPDATE}.",
+        (_routed, _update_mean_without_k),
     ),
 ]
