@@ -26,6 +26,10 @@ from autograder.checks.transformer import (
     BUILT,
     CAST,
     FEW_TOKENS,
+    GQA_BLOCK,
+    GQA_COSTS,
+    GROUPED,
+    GROUPED_EDGES,
     MANY_TOKENS,
     MODEL_WIRING,
     NAMED,
@@ -810,3 +814,113 @@ def test_a_look_at_the_lent_model_beside_ones_own_costs_nothing():
         for seed in seeds:
             result = verdict(check, names["Transformer"], seed)
             assert result.passed and result.points == result.max_points, (check, seed, result.message)
+
+
+# ------------------------------------------------- Question 5 (added): grouped-query attention
+
+GQA_CONCERNS = (GROUPED, GROUPED_EDGES, GQA_BLOCK, GQA_COSTS)
+GQA_TARGETS = ("GroupedQueryWindowAttention", "GQATransformerBlock", "gqa_costs")
+
+
+def gqa_answer(names: dict) -> tuple:
+    return tuple(names[target] for target in GQA_TARGETS)
+
+
+@pytest.mark.parametrize(
+    ("b", "t", "d", "h", "w"),
+    [(2, 9, 16, 4, 5), (1, 3, 12, 3, 7), (2, 8, 16, 2, 4), (1, 1, 8, 1, 3)],
+    ids=["odd window", "T below the window", "even window", "one head, T = 1"],
+)
+def test_gqa_with_all_heads_computes_the_homeworks_attention(b, t, d, h, w):
+    """n_kv_heads = num_heads, wq, wk, wv the per-head split of qkv_linear and wo its out: the same
+    outputs as the block's multi-head layer, real RoPE included, even windows too (as the notebook's
+    cell below the answer shows with the student's own layers)."""
+    torch.manual_seed(0)
+    table = ref("get_rotation_matrix")(d // h, 16, 10000.0)
+    mha = ref("EfficientSlidingWindowMultiheadAttention")(d, h, w, table)
+    gqa = ref("GroupedQueryWindowAttention")(d, h, h, w, table)
+    with torch.no_grad():
+        split = mha.qkv_linear.weight.view(h, 3, d // h, d)
+        biases = mha.qkv_linear.bias.view(h, 3, d // h)
+        for i, linear in enumerate((gqa.wq, gqa.wk, gqa.wv)):
+            linear.weight.copy_(split[:, i].reshape(d, d))
+            linear.bias.copy_(biases[:, i].reshape(d))
+        gqa.wo.load_state_dict(mha.out.state_dict())
+        x = torch.randn(b, t, d)
+        torch.testing.assert_close(gqa(x), mha(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("config", [(64, 4, 2, 2, 4), (48, 6, 3, 3, 2), (8, 2, 1, 1, 1), (32, 8, 8, 4, 2)])
+def test_gqa_costs_are_what_the_layers_hold_and_a_cache_allocates(config):
+    d, h, h_kv, n, nbytes = config
+    parameters, cache = ref("gqa_costs")(*config)
+    layer = ref("GroupedQueryWindowAttention")(d, h, h_kv, 3)
+    assert parameters == n * sum(p.numel() for p in layer.parameters())
+    dtype = {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[nbytes]
+    assert cache == torch.zeros(n, 2, h_kv, d // h, dtype=dtype).nbytes  # a key and a value, one token
+    assert all(type(count) is int for count in (parameters, cache))
+
+
+def test_the_gqa_block_holds_fewer_parameters_than_the_homeworks():
+    table = ref("get_rotation_matrix")(4, 16, 10000.0)
+    args = (16, 4, 5, 24, 4, 2)
+    homework = sum(p.numel() for p in ref("TransformerBlock")(*args, table).parameters())
+    for h_kv in (4, 2, 1):
+        grouped = ref("GQATransformerBlock")(16, 4, h_kv, 5, 24, 4, 2, table)
+        saved = ref("gqa_costs")(16, 4, 4, 1, 4)[0] - ref("gqa_costs")(16, 4, h_kv, 1, 4)[0]
+        assert homework - sum(p.numel() for p in grouped.parameters()) == saved
+
+
+@pytest.mark.parametrize(
+    "unfinished",
+    [("block",), ("from_03", "from_04", "from_06", "from_07"), ("block", "from_04")],
+    ids=["question 1", "every pasted part", "question 1 and RoPE"],
+)
+def test_unfinished_earlier_answers_cost_the_gqa_question_nothing(unfinished):
+    """The attention runs with a stand-in in place of its RoPE, the block with size-only stand-ins for
+    its parts, and over a stand-in of TransformerBlock's __init__ where the student's raises."""
+    stubs = {grade_id(c): c.source for c in release(ASSIGNMENT).cells}
+    names = notebook_names(**{cell: stubs[cell] for cell in unfinished})
+    for seed in (None, HIDDEN_SEED):
+        result = verdict("08.gqa", gqa_answer(names), seed)
+        assert result.passed, result.message
+
+
+def test_a_rope_that_turns_nothing_costs_the_gqa_question_nothing():
+    names = notebook_names(from_04=answer("from_04") + ROPE_THAT_TURNS_NOTHING)
+    for seed in (None, HIDDEN_SEED):
+        result = verdict("08.gqa", gqa_answer(names), seed)
+        assert result.passed, result.message
+
+
+OWN_NAMES_BLOCK = answer("block").replace("self.attention", "self.attn")
+
+
+@pytest.mark.parametrize(
+    ("name", "passes"), [("self.attn", True), ("self.attention", False)], ids=["its name", "another name"]
+)
+def test_the_grouped_attention_goes_under_the_name_the_students_block_gives_it(name, passes):
+    """A TransformerBlock that keeps its attention as attn: the subclass must put the grouped one
+    there; under another name both stay, and forward calls the multi-head one."""
+    gqa = answer("gqa").replace(
+        "        self.attention = GroupedQueryWindowAttention(",
+        f"        {name} = GroupedQueryWindowAttention(",
+    )
+    names = notebook_names(block=OWN_NAMES_BLOCK, gqa=gqa)
+    result = verdict("08.gqa", gqa_answer(names))
+    assert parts(result) == {**dict.fromkeys(GQA_CONCERNS, True), GQA_BLOCK: passes}, result.message
+    if not passes:
+        assert "the number of attention layers the block holds is 2, expected 1" in result.message
+        assert "Looks like: the grouped-query attention added beside the multi-head one" in result.message
+
+
+def test_a_subclass_that_raises_is_charged_its_own_error():
+    """Over a stand-in of TransformerBlock's __init__ the block raises too: its own error is reported,
+    not one of the stand-in's."""
+    gqa = answer("gqa").replace(
+        "super().__init__(hidden_size, num_heads, window_size,",
+        "super().__init__(hidden_size, num_heads, n_kv_heads, window_size,",
+    )
+    result = verdict("08.gqa", gqa_answer(notebook_names(gqa=gqa)))
+    assert parts(result) == {**dict.fromkeys(GQA_CONCERNS, True), GQA_BLOCK: False}, result.message
+    assert "takes 8 positional arguments but 9 were given" in part_message(result, GQA_BLOCK), result.message

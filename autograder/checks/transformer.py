@@ -29,6 +29,7 @@ from ..core import (
     Check,
     Concern,
     ErrorHint,
+    NotAsAsked,
     OperationCount,
     Outputs,
     Property,
@@ -1225,4 +1226,236 @@ TRAINS = Check(
     hidden_points=1.0,
 )
 
-CHECKS = [BLOCK, MODEL, SMOKE_TEST, PARAMETER_COUNT, TRAINS]
+# ------------------------------------------------- Question 5 (added): grouped-query attention
+# The attention is run with the case's weights, loaded by the names the question gives them, and
+# with a stand-in in place of its RoPE (notebook 04's, charged there); the block is built with
+# size-only stand-ins for every part, so that a bug of Question 1 or of notebooks 03-07 costs
+# nothing here; the costs are a formula.
+
+GROUPED = "grouped-query attention: query head h reads key/value head h // (num_heads // n_kv_heads)"
+GROUPED_EDGES = (
+    "n_kv_heads = 1 (multi-query) and = num_heads (multi-head), no table, T below the window and T = 1"
+)
+GQA_BLOCK = "GQATransformerBlock holds a GroupedQueryWindowAttention in place of the multi-head one"
+GQA_COSTS = "gqa_costs: the attentions' parameters and the cache's bytes per token"
+# The projections by the names the question gives them, and their sizes in its words.
+PROJECTIONS = {
+    "wq": ("hidden_size", "num_heads * head_dim"),
+    "wk": ("hidden_size", "n_kv_heads * head_dim"),
+    "wv": ("hidden_size", "n_kv_heads * head_dim"),
+    "wo": ("num_heads * head_dim", "hidden_size"),
+}
+
+
+class _PositionScaling(nn.Module):
+    """What 08.gqa puts in place of the attention's RoPE. Not a rotation, so it answers no question: it
+    scales the query or key at position p by 1 + p / 16. It still depends on the position, so queries
+    and keys scaled at other positions (after the padding), or not at all, still show."""
+
+    def forward(self, queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+        return self._scaled(queries), self._scaled(keys)
+
+    @staticmethod
+    def _scaled(x: Tensor) -> Tensor:
+        scale = 1 + torch.arange(x.shape[-2], dtype=torch.float32)[:, None] / 16  # (T, 1)
+        return x * scale.to(x.dtype)
+
+
+class _GroupedAttentionSizes(nn.Module):
+    """GroupedQueryWindowAttention's __init__ without the layer: the arguments it was given."""
+
+    def __init__(self, hidden_size, num_heads, n_kv_heads, window_size, rotation_matrix=None):
+        super().__init__()
+        self.given = (hidden_size, num_heads, n_kv_heads, window_size)
+        self.table_given = rotation_matrix
+
+
+@refusing_the_lent_model
+def run_gqa(targets, case: Case) -> Outputs:
+    attention_class, block_class, costs = targets
+    i = case.inputs
+    if case.concern == GQA_BLOCK:
+        return _gqa_block_built(block_class, i["args"], i["table"])
+    if case.concern == GQA_COSTS:
+        result = costs(*i["config"])
+        if not isinstance(result, tuple | list) or len(result) != 2:
+            raise ValueError(
+                f"gqa_costs returned {type(result).__name__}: return (parameters, cache_bytes), two ints"
+            )
+        return {
+            key: _count(value, key) for key, value in zip(("parameters", "cache bytes"), result, strict=True)
+        }
+    layer = attention_class(*i["config"], i["table"])
+    refuse_the_lent_model(layer, "attention")
+    if i["table"] is not None:
+        _rope_replaced(layer, attention_class)
+    _load_projections(layer, i["weights"])
+    with torch.no_grad():
+        return {"output": layer(i["x"])}
+
+
+def _rope_replaced(layer: nn.Module, attention_class) -> None:
+    """The layer's RoPE module (of the notebook's class RoPE, or the given self.rope) replaced by the
+    stand-in."""
+    rope_class = getattr(getattr(attention_class, "__init__", None), "__globals__", {}).get("RoPE")
+    found = [
+        name
+        for name, part in layer.named_children()
+        if isinstance(rope_class, type) and isinstance(part, rope_class)
+    ]
+    if not found and isinstance(getattr(layer, "rope", None), nn.Module):
+        found = ["rope"]
+    if not found:
+        raise NotAsAsked(
+            "the layer holds no RoPE module: keep the given self.rope = RoPE(rotation_matrix) and rotate the "
+            "queries and keys with it (the check puts a stand-in in its place, so that a bug of your RoPE "
+            "costs notebook 04 only)"
+        )
+    for name in found:
+        setattr(layer, name, _PositionScaling())
+
+
+def _load_projections(layer: nn.Module, weights: dict[str, Tensor]) -> None:
+    """The case's weights and biases into wq, wk, wv and wo, which must have their sizes."""
+    for name, (given, made) in PROJECTIONS.items():
+        linear, weight = getattr(layer, name, None), weights[f"{name}.weight"]
+        bias = getattr(linear, "bias", None)
+        found = getattr(linear, "weight", None)
+        if not (
+            isinstance(linear, nn.Module)
+            and isinstance(found, Tensor)
+            and found.shape == weight.shape
+            and isinstance(bias, Tensor)
+            and bias.shape == weights[f"{name}.bias"].shape
+        ):
+            held = "nothing" if linear is None else f"a {type(linear).__name__}"
+            if isinstance(found, Tensor):
+                held += f" whose weight has shape {tuple(found.shape)}"
+                held += "" if isinstance(bias, Tensor) else " and no bias"
+            raise NotAsAsked(
+                f"self.{name} should be nn.Linear({given}, {made}) with its bias, whose weight has shape "
+                f"{tuple(weight.shape)} here; yours holds {held}"
+            )
+        with torch.no_grad():
+            found.copy_(weight)
+            bias.copy_(weights[f"{name}.bias"])
+
+
+def _gqa_block_built(block_class, args: tuple, table: Tensor) -> Outputs:
+    """The attentions the block holds, built with size-only stand-ins for every part: how many, whether
+    the grouped-query one is among them, its arguments and whether it got the block's table."""
+    stand_ins = {**PART_SIZES, "GroupedQueryWindowAttention": _GroupedAttentionSizes}
+    with names_replaced(block_class, stand_ins):
+        try:
+            block = block_class(*args, table)
+        except Exception as error:
+            block = _over_a_stand_in_parent(block_class, args, table, error)
+    refuse_the_lent_model(block, "block")
+    kinds = _kinds_of(block_class)
+    attentions = [m for m in block.modules() if m is not block and _kind_of(m, kinds) == ATTENTION]
+    grouped = [m for m in attentions if isinstance(m, _GroupedAttentionSizes)]
+    given = grouped[0] if grouped else None
+    sizes = [-1] * 4 if given is None else [a if type(a) is int else -1 for a in given.given]
+    held = None if given is None else given.table_given
+    table_given = (
+        isinstance(held, Tensor)
+        and (held.shape, held.dtype) == (table.shape, table.dtype)
+        and bool(torch.equal(held, table))
+    )
+    return {
+        "attentions": torch.tensor(len(attentions)),
+        "grouped": torch.tensor(len(grouped)),
+        "sizes": torch.tensor(sizes),
+        "table": torch.tensor(table_given),
+    }
+
+
+def _stand_in_block_init(
+    self, hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, rotation_matrix
+):
+    """What a TransformerBlock builds, in sizes only, under the course's names."""
+    torch.nn.Module.__init__(self)
+    self.norm1 = _NormSizes(hidden_size)
+    self.attention = _AttentionSizes(hidden_size, num_heads, window_size, rotation_matrix)
+    self.norm2 = _NormSizes(hidden_size)
+    self.moe = _MoeSizes(hidden_size, d_ff, num_experts, n_experts_per_token)
+
+
+def _over_a_stand_in_parent(block_class, args: tuple, table: Tensor, first: Exception) -> nn.Module:
+    """The block built over a stand-in of its TransformerBlock's __init__, where the block cannot be
+    built over the student's own (Question 1 unfinished or raising: charged there). `first`, what that
+    try raised, is raised again when this one raises too: then the block's own code is at fault."""
+    parent = getattr(getattr(block_class, "__init__", None), "__globals__", {}).get("TransformerBlock")
+    if not (isinstance(parent, type) and issubclass(block_class, parent) and block_class is not parent):
+        raise first
+    own = parent.__dict__.get("__init__")
+    parent.__init__ = _stand_in_block_init
+    try:
+        return block_class(*args, table)
+    except Exception:
+        raise first from None
+    finally:
+        if own is None:
+            del parent.__init__
+        else:
+            parent.__init__ = own
+
+
+GQA = Check(
+    name="08.gqa",
+    target=("GroupedQueryWindowAttention", "GQATransformerBlock", "gqa_costs"),
+    answer="gqa",
+    run=run_gqa,
+    added=True,
+    concerns=[
+        Concern(GROUPED, weight=3),
+        Concern(GROUPED_EDGES, weight=1),
+        Concern(GQA_BLOCK, weight=1),
+        Concern(GQA_COSTS, weight=1),
+    ],
+    outputs={
+        "output": "the attention's output (the case's weights; a stand-in in place of self.rope)",
+        "attentions": "the number of attention layers the block holds",
+        "grouped": "the number of GroupedQueryWindowAttention layers the block holds",
+        "sizes": "the (hidden_size, num_heads, n_kv_heads, window_size) its GroupedQueryWindowAttention was "
+        "built with",
+        "table": "whether that attention got the block's rotation_matrix (1: yes)",
+        "parameters": "the count of the attentions' parameters",
+        "cache bytes": "the cache's bytes per token",
+    },
+    error_hints=[
+        ErrorHint(
+            "is invalid for input of size",
+            "wk and wv give n_kv_heads * head_dim features per token, not hidden_size: split them into "
+            "n_kv_heads heads, and the queries into num_heads.",
+        ),
+        ErrorHint(
+            "must match the size of tensor",
+            "the queries have num_heads heads and the keys and values n_kv_heads: give each key/value head "
+            "to its group of num_heads // n_kv_heads query heads before the scores.",
+        ),
+        ErrorHint(
+            "do not broadcast",
+            "the queries have num_heads heads and the keys and values n_kv_heads: give each key/value head "
+            "to its group of num_heads // n_kv_heads query heads before the scores.",
+        ),
+    ],
+    hints=[
+        "Start from your EfficientSlidingWindowMultiheadAttention: only the projections and the number of "
+        "key/value heads change. Which query heads share key/value head 0?",
+        "Test it as the cell below the answer does: with n_kv_heads = num_heads and the weights of your "
+        "notebook 03 layer split into wq, wk and wv, the outputs must agree. Then with n_kv_heads = 1 every "
+        "query head must read the same keys.",
+        "Project and split: queries (B, H, T, Dh), keys and values (B, Hkv, T, Dh); rotate queries and keys "
+        "with self.rope; repeat each key/value head num_heads // n_kv_heads times, the copies next to each "
+        "other (torch.repeat_interleave on the heads' dimension, not Tensor.repeat); then pad, unfold and "
+        "attend as in notebook 03, and merge the heads into wo.",
+        "GQATransformerBlock: call TransformerBlock's __init__, then assign the grouped-query attention to "
+        "the attribute under which your TransformerBlock keeps its attention. gqa_costs, per layer: wq and "
+        "wo D * D + D each, wk and wv D * Hkv * Dh + Hkv * Dh each; the cache per token 2 * layers * Hkv * "
+        "Dh * bytes_per_value.",
+    ],
+)
+
+
+CHECKS = [BLOCK, MODEL, SMOKE_TEST, PARAMETER_COUNT, TRAINS, GQA]

@@ -9,13 +9,17 @@ Not among them: a block that adds its residuals in place (x += ...). Its values 
 08.training fails it, naming the in-place addition (tests/test_transformer.py).
 """
 
+import math
+
 import nbformat
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from autograder import reference
 from autograder.cells import grade_id, nbgrader_meta
 from autograder.paths import source_notebook
+from grader.casework import Answer
 
 # Other notebooks' correct alternatives, the parts a student's notebook 08 would be built of.
 GatherLayer = reference.instructor_module("03_sliding_window", "alternatives.py").GatherLayer
@@ -353,6 +357,128 @@ def count_factored(V, D, H, W, F, E, K, N, C):
     return ends + N * D * (4 * D + 6 + E + 3 * E * F), ends + N * D * (4 * D + 6 + E + 3 * K * F)
 
 
+# ------------------------------------------------- Question 5 (added): grouped-query attention
+
+GroupedQueryWindowAttention = _notebook["GroupedQueryWindowAttention"]
+GQATransformerBlock = _notebook["GQATransformerBlock"]
+gqa_costs = _notebook["gqa_costs"]
+
+
+def _projected(layer, x):
+    """q (B, H, T, Dh), k and v (B, Hkv, T, Dh), q and k rotated."""
+    B, T, _ = x.shape
+    q = layer.wq(x).view(B, T, layer.num_heads, layer.head_dim).transpose(1, 2)
+    k = layer.wk(x).view(B, T, layer.n_kv_heads, layer.head_dim).transpose(1, 2)
+    v = layer.wv(x).view(B, T, layer.n_kv_heads, layer.head_dim).transpose(1, 2)
+    if layer.rope is not None:
+        q, k = layer.rope(q, k)
+    return q, k, v
+
+
+def _cut(x, window_size):
+    """(B, Hkv, T, Dh) -> (B, Hkv, T, Dh, W), zero-padded centred windows."""
+    padding = window_size // 2
+    return F.pad(x, (0, 0, padding, padding)).unfold(2, window_size, 1)[:, :, : x.shape[2]]
+
+
+class GroupedExpanded(GroupedQueryWindowAttention):
+    """The windows cut from the Hkv heads, then copied to H heads by expand and reshape (Llama's
+    repeat_kv); scores and context by matrix products."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        H, Dh, n_rep = self.num_heads, self.head_dim, self.num_heads // self.n_kv_heads
+        q, k, v = _projected(self, x)
+        keys, values = (
+            w[:, :, None].expand(-1, -1, n_rep, -1, -1, -1).reshape(B, H, T, Dh, self.window_size)
+            for w in (_cut(k, self.window_size), _cut(v, self.window_size))
+        )  # (B, H, T, Dh, W) each
+        scores = (q[..., None, :] @ keys).squeeze(-2) / Dh**0.5  # (B, H, T, W)
+        context = (values @ scores.softmax(dim=-1)[..., None]).squeeze(-1)  # (B, H, T, Dh)
+        return self.wo(context.transpose(1, 2).reshape(B, T, H * Dh))
+
+
+class GroupedEinsum(GroupedQueryWindowAttention):
+    """No copies: the queries viewed as (B, Hkv, n_rep, T, Dh), each group against its one key head."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        H_kv, Dh, n_rep = self.n_kv_heads, self.head_dim, self.num_heads // self.n_kv_heads
+        q, k, v = _projected(self, x)
+        grouped = q.reshape(B, H_kv, n_rep, T, Dh)  # query head g * n_rep + r
+        scores = torch.einsum("bgrtd,bgtdw->bgrtw", grouped, _cut(k, self.window_size)) / math.sqrt(Dh)
+        context = torch.einsum("bgrtw,bgtdw->btgrd", scores.softmax(dim=-1), _cut(v, self.window_size))
+        return self.wo(context.reshape(B, T, -1))
+
+
+class GroupedBandMatmul(GroupedQueryWindowAttention):
+    """Every query against every key, masked to its window; the window's padded slots, each of score 0,
+    as one more column of score log(their number). The key heads picked by index, h // n_rep."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        H, W = self.num_heads, self.window_size
+        q, k, v = _projected(self, x)
+        owner = torch.arange(H) // (H // self.n_kv_heads)
+        k, v = k[:, owner], v[:, owner]  # (B, H, T, Dh)
+        offset = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # key - query, (T, T)
+        inside = (offset >= -(W // 2)) & (offset < W - W // 2)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)).masked_fill(~inside, float("-inf"))
+        padded = torch.log((W - inside.sum(-1)).float())[:, None].expand(B, H, T, 1)  # log 0: none
+        weights = torch.cat([scores, padded], dim=-1).softmax(dim=-1)[..., :T]  # (B, H, T, T)
+        return self.wo((weights @ v).transpose(1, 2).reshape(B, T, -1))
+
+
+class GQABlockOfOwnNames(BlockOfOwnNames):
+    """A block whose TransformerBlock keeps its attention as attn: the grouped one goes there."""
+
+    def __init__(
+        self, hidden_size, num_heads, n_kv_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+    ):
+        super().__init__(hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.attn = GroupedQueryWindowAttention(hidden_size, num_heads, n_kv_heads, window_size, table)
+
+
+class GQABlockByClass(TransformerBlock):
+    """The multi-head attention found by what it holds (a qkv_linear), whatever its name; keywords."""
+
+    def __init__(self, hidden_size, num_heads, n_kv_heads, window_size, *rest):
+        super().__init__(hidden_size, num_heads, window_size, *rest)
+        for name, child in list(self.named_children()):
+            if hasattr(child, "qkv_linear"):
+                grouped = GroupedQueryWindowAttention(
+                    hidden_size=hidden_size,
+                    num_heads=num_heads,
+                    n_kv_heads=n_kv_heads,
+                    window_size=window_size,
+                    rotation_matrix=rest[-1],
+                )
+                setattr(self, name, grouped)
+
+
+def gqa_costs_layer_by_layer(hidden_size, num_heads, n_kv_heads, n_layers, bytes_per_value):
+    """Each projection's (in, out) in a loop, with its bias; the cache per layer, key and value apart."""
+    head_dim = hidden_size // num_heads
+    linears = [
+        (hidden_size, num_heads * head_dim),
+        (hidden_size, n_kv_heads * head_dim),
+        (hidden_size, n_kv_heads * head_dim),
+        (num_heads * head_dim, hidden_size),
+    ]
+    parameters = cache = 0
+    for _ in range(n_layers):
+        parameters += sum(n_in * n_out + n_out for n_in, n_out in linears)
+        for _ in ("key", "value"):
+            cache += n_kv_heads * head_dim * bytes_per_value
+    return parameters, cache
+
+
+def gqa_costs_from_multi_head(D, H, H_kv, N, nbytes):
+    """Multi-head attention's 4 D^2 + 4 D a layer, less the key/value heads not kept."""
+    dropped = 2 * (H - H_kv) * (D // H) * (D + 1)  # rows of wk and wv, weights and biases
+    return N * (4 * D * D + 4 * D - dropped), N * H_kv * (D // H) * 2 * nbytes
+
+
 ALTERNATIVES = {
     "08.block": [
         BlockPartsReordered,
@@ -380,4 +506,9 @@ ALTERNATIVES = {
     ],
     "08.training": [TransformerHomeworkStyle],
     "08.parameter_count": [count_layer_by_layer, count_factored],
+    "08.gqa": [
+        Answer("expanded_own_names", GroupedExpanded, GQABlockOfOwnNames, gqa_costs_layer_by_layer),
+        Answer("grouped_einsum_by_class", GroupedEinsum, GQABlockByClass, gqa_costs_from_multi_head),
+        Answer("band_matmul", GroupedBandMatmul, GQATransformerBlock, gqa_costs),
+    ],
 }

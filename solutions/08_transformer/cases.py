@@ -13,6 +13,10 @@ from autograder.checks.transformer import (
     BLOCK_PARTS,
     BUILT,
     CAST,
+    GQA_BLOCK,
+    GQA_COSTS,
+    GROUPED,
+    GROUPED_EDGES,
     NAMED,
     REGISTERED,
     ROTATION,
@@ -313,10 +317,109 @@ def training_cases(g: torch.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+# ------------------------------------------------- Question 5 (added): grouped-query attention
+
+
+def gqa_weights(g: torch.Generator, d: int, h: int, h_kv: int) -> dict[str, Tensor]:
+    """Weights and biases of wq, wk, wv, wo for hidden size d, h query heads and h_kv key/value heads."""
+    dh = d // h
+    shapes = {"wq": (h * dh, d), "wk": (h_kv * dh, d), "wv": (h_kv * dh, d), "wo": (d, h * dh)}
+    weights = {}
+    for name, (rows, columns) in shapes.items():
+        weights[f"{name}.weight"] = torch.randn(rows, columns, generator=g) * columns**-0.5
+        weights[f"{name}.bias"] = 0.1 * torch.randn(rows, generator=g)
+    return weights
+
+
+def _attention_case(
+    g: torch.Generator, shape: tuple[int, ...], table: bool, concern: str, note: str = ""
+) -> Case:
+    b, t, d, h, h_kv, w = shape
+    angles = torch.rand(t + 2, d // h // 2, generator=g) * 2 * math.pi
+    inputs = {
+        "config": (d, h, h_kv, w),
+        "table": _table(angles) if table else None,
+        "x": torch.randn(b, t, d, generator=g),
+        "weights": gqa_weights(g, d, h, h_kv),
+    }
+    table_name = "table" if table else "None"
+    name = (
+        f"GroupedQueryWindowAttention({d}, {h}, {h_kv}, {w}, {table_name}), x of shape ({b}, {t}, {d}){note}"
+    )
+    return Case(name, inputs, concern=concern)
+
+
+def _grouped_shape(g: torch.Generator) -> tuple[int, ...]:
+    """B T D H Hkv W with 1 < Hkv < H, Hkv dividing H."""
+    h_kv = _int(g, 2, 4)
+    h = h_kv * _int(g, 2, 3)
+    return _int(g, 1, 3), _int(g, 2, 14), h * 2 * _int(g, 1, 3), h, h_kv, 2 * _int(g, 0, 4) + 1
+
+
+GQA_BLOCK_ARGS = [(16, 4, 2, 5, 24, 4, 2), (24, 6, 3, 3, 32, 3, 1)]  # D H Hkv W F E K
+# The first tells the cache's mistakes apart (keys only: / 2; one layer: / N; values: / bytes).
+GQA_COST_CONFIGS = [
+    (4096, 32, 8, 32, 4),  # Mistral 7B, float32
+    (8192, 64, 8, 80, 2),  # Llama 2 70B, bfloat16
+    (64, 4, 2, 2, 4),  # the course's model, float32
+]  # D H Hkv N bytes
+
+
+def _block_args(g: torch.Generator) -> tuple[int, ...]:
+    h_kv = _int(g, 1, 3)
+    h = h_kv * _int(g, 1, 3)
+    d = h * 2 * _int(g, 1, 3)
+    e = _int(g, 1, 4)
+    return d, h, h_kv, 2 * _int(g, 0, 4) + 1, d + _int(g, 1, 8), e, _int(g, 1, e)
+
+
+def _cost_config(g: torch.Generator) -> tuple[int, ...]:
+    h_kv = _int(g, 1, 16)
+    h = h_kv * _int(g, 1, 8)
+    return h * _int(g, 1, 256), h, h_kv, _int(g, 1, 120), (1, 2, 4, 8)[_int(g, 0, 3)]
+
+
+def gqa_cases(g: torch.Generator, hidden: bool) -> list[Case]:
+    grouped = [(2, 9, 32, 8, 2, 5), (1, 7, 24, 6, 3, 3)]  # B T D H Hkv W
+    if hidden:
+        grouped += [_grouped_shape(g) for _ in range(2)]
+    cases = [_attention_case(g, shape, True, GROUPED) for shape in grouped]
+    # With one key/value head or num_heads of them, every order of the copies is right: the edges do
+    # not charge the grouping again, which the core grades.
+    edges = [
+        ((2, 6, 16, 4, 1, 5), True, ": multi-query"),
+        ((1, 6, 16, 4, 4, 3), True, ": multi-head"),
+        ((2, 5, 16, 4, 1, 3), False, ": no table"),
+        ((1, 2, 16, 4, 4, 7), True, ": T below the window"),
+    ]
+    if hidden:
+        h = _int(g, 2, 6)
+        edges += [
+            ((1, 1, 4 * h, h, 1, 2 * _int(g, 1, 3) + 1), True, ": T = 1"),
+            ((_int(g, 1, 2), _int(g, 2, 10), 4 * h, h, 1, 2 * _int(g, 0, 3) + 1), True, ": multi-query"),
+            ((_int(g, 1, 2), _int(g, 2, 10), 4 * h, h, h, 2 * _int(g, 0, 3) + 1), True, ": multi-head"),
+        ]
+    cases += [_attention_case(g, shape, table, GROUPED_EDGES, note) for shape, table, note in edges]
+    block_args = GQA_BLOCK_ARGS + ([_block_args(g)] if hidden else [])
+    for args in block_args:
+        table = _table(torch.rand(9, args[0] // args[1] // 2, generator=g) * 2 * math.pi)
+        call = f"GQATransformerBlock{(*args, 'table')}".replace("'table'", "table")
+        cases.append(Case(call, {"args": args, "table": table}, concern=GQA_BLOCK))
+    configs = [*GQA_COST_CONFIGS, *(_cost_config(g) for _ in range(3 if hidden else 1))]
+    if hidden:
+        configs.append((1, 1, 1, 1, 1))
+    cases += [Case(f"gqa_costs{config}", {"config": config}, concern=GQA_COSTS) for config in configs]
+    # The cheapest first: judging stops at a failed case, so an answer that is wrong fails fast
+    # (tests/test_package_answers.py tries every object of the package in each of the three slots).
+    order = {GQA_COSTS: 0, GQA_BLOCK: 1}
+    return sorted(cases, key=lambda case: order.get(case.concern, 2))
+
+
 CASES = {
     "08.block": block_cases,
     "08.transformer": model_cases,
     "08.smoke_test": smoke_cases,
     "08.parameter_count": count_cases,
     "08.training": training_cases,
+    "08.gqa": gqa_cases,
 }

@@ -5,8 +5,9 @@ Instructor-side only (next to the reference, not released). Each is complete, wi
 thing wrong. The end-to-end tests paste this file into an answer cell of the notebook, below the
 cells of notebooks 03-07 and the reference's own answer (tests/helpers/submissions.py::mutant): so the
 mistakes build the notebook's parts by their names (RMSNorm, EfficientSlidingWindowMultiheadAttention,
-MoeLayer, get_rotation_matrix, TransformerBlock), which the checks replace with their stand-ins as
-they do a student's, and define none of the notebook's names: their helpers start with an
+MoeLayer, get_rotation_matrix, TransformerBlock, RoPE; and Question 5's GroupedQueryWindowAttention,
+named only inside the blocks' __init__), which the checks replace with their stand-ins as they do a
+student's, and define none of the notebook's names: their helpers start with an
 underscore and their answers have names of their own. Loaded on its own (the build, the tests:
 the trusted side), the file takes those parts from the reference.
 
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from autograder.core import Mistake
 
 try:  # pasted into the notebook: the parts its cells above define
-    RMSNorm, EfficientSlidingWindowMultiheadAttention, MoeLayer, get_rotation_matrix, TransformerBlock
+    RMSNorm, EfficientSlidingWindowMultiheadAttention, MoeLayer, get_rotation_matrix, TransformerBlock, RoPE
 except NameError:  # loaded on its own: the same parts, the reference's
     from autograder.reference import namespace as _namespace
 
@@ -36,6 +37,7 @@ except NameError:  # loaded on its own: the same parts, the reference's
     MoeLayer = _notebook["MoeLayer"]
     get_rotation_matrix = _notebook["get_rotation_matrix"]
     TransformerBlock = _notebook["TransformerBlock"]
+    RoPE = _notebook["RoPE"]
 
 # ------------------------------------------------------------------------------ the block
 
@@ -466,6 +468,287 @@ _BLOCKS = (
     "nn.ModuleList"
 )
 
+# ------------------------------------------------- Question 5 (added): grouped-query attention
+
+
+def _windows(x, window_size):
+    """(B, H, T, Dh) -> (B, H, T, Dh, W): each position's centred window, zero-padded at the ends."""
+    padding = window_size // 2
+    return F.pad(x, (0, 0, padding, padding)).unfold(2, window_size, 1)[:, :, : x.shape[2]]
+
+
+class _Grouped(nn.Module):
+    """The right attention, in steps; each mistake below changes one of them."""
+
+    def __init__(self, hidden_size, num_heads, n_kv_heads, window_size, rotation_matrix=None):
+        super().__init__()
+        self.num_heads, self.n_kv_heads = num_heads, n_kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.window_size = window_size
+        self.wq = nn.Linear(hidden_size, num_heads * self.head_dim)
+        self.wk = nn.Linear(hidden_size, n_kv_heads * self.head_dim)
+        self.wv = nn.Linear(hidden_size, n_kv_heads * self.head_dim)
+        self.wo = nn.Linear(num_heads * self.head_dim, hidden_size)
+        self.rope = None if rotation_matrix is None else RoPE(rotation_matrix)
+
+    def _heads(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def _rotated(self, q, k):
+        return (q, k) if self.rope is None else self.rope(q, k)
+
+    def _repeat(self, x):
+        return x.repeat_interleave(self.num_heads // self.n_kv_heads, dim=1)  # (B, H, T, Dh)
+
+    def _scale(self):
+        return math.sqrt(self.head_dim)
+
+    def _weights(self, scores, x):
+        return scores.softmax(dim=-1)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self._heads(x)
+        q, k = self._rotated(q, k)
+        k, v = self._repeat(k), self._repeat(v)
+        W = self.window_size
+        scores = torch.einsum("bhtd,bhtdw->bhtw", q, _windows(k, W)) / self._scale()  # (B, H, T, W)
+        context = torch.einsum("bhtw,bhtdw->bthd", self._weights(scores, x), _windows(v, W))  # (B, T, H, Dh)
+        return self.wo(context.reshape(B, T, -1))
+
+
+class _TiledHeads(_Grouped):
+    """x.repeat(1, n_rep, 1, 1): [k0, k1, k0, k1], query head h reads key/value head h % Hkv."""
+
+    def _repeat(self, x):
+        return x.repeat(1, self.num_heads // self.n_kv_heads, 1, 1)
+
+
+class _FullWidthKeys(_Grouped):
+    """wk and wv of the full width, D -> D, as in multi-head attention: nothing is shared."""
+
+    def __init__(self, hidden_size, num_heads, n_kv_heads, window_size, rotation_matrix=None):
+        super().__init__(hidden_size, num_heads, n_kv_heads, window_size, rotation_matrix)
+        self.wk = nn.Linear(hidden_size, hidden_size)
+        self.wv = nn.Linear(hidden_size, hidden_size)
+        self.n_kv_heads = num_heads
+
+
+class _ScaledByKeyWidth(_Grouped):
+    """Scores divided by sqrt(n_kv_heads * head_dim), the width of wk's output."""
+
+    def _scale(self):
+        return math.sqrt(self.n_kv_heads * self.head_dim)
+
+
+class _PaddingMasked(_Grouped):
+    """The padded keys masked with -inf (notebook 03's window_attention) instead of taking part with
+    score 0 as the homework's layer lets them."""
+
+    def _weights(self, scores, x):
+        T, W = x.shape[1], self.window_size
+        position = torch.arange(T)[:, None] - W // 2 + torch.arange(W)  # (T, W): the key of each slot
+        return scores.masked_fill((position < 0) | (position >= T), float("-inf")).softmax(dim=-1)
+
+
+class _RotatedAfterPadding(_Grouped):
+    """Queries and keys rotated after the keys are padded: every key W // 2 positions off."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self._heads(x)
+        k, v = self._repeat(k), self._repeat(v)
+        W, padding = self.window_size, self.window_size // 2
+        k = F.pad(k, (0, 0, padding, padding))
+        q, k = self._rotated(q, k)
+        keys = k.unfold(2, W, 1)[:, :, :T]  # (B, H, T, Dh, W)
+        scores = torch.einsum("bhtd,bhtdw->bhtw", q, keys) / self._scale()
+        context = torch.einsum("bhtw,bhtdw->bthd", scores.softmax(dim=-1), _windows(v, W))
+        return self.wo(context.reshape(B, T, -1))
+
+
+# The blocks name GroupedQueryWindowAttention as a student's does: the check puts its stand-in under
+# that name (pasted into Question 5's cell, the name is the notebook's).
+
+
+class _RightBlock(TransformerBlock):
+    def __init__(
+        self, hidden_size, num_heads, n_kv_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+    ):
+        super().__init__(hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.attention = GroupedQueryWindowAttention(  # noqa: F821
+            hidden_size, num_heads, n_kv_heads, window_size, table
+        )
+
+
+class _BesideTheMultiHead(TransformerBlock):
+    """The grouped-query attention added under a name of its own: the multi-head one stays, and is the
+    one forward calls."""
+
+    def __init__(
+        self, hidden_size, num_heads, n_kv_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+    ):
+        super().__init__(hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.grouped_attention = GroupedQueryWindowAttention(  # noqa: F821
+            hidden_size, num_heads, n_kv_heads, window_size, table
+        )
+
+
+class _KvHeadsNotPassed(TransformerBlock):
+    def __init__(
+        self, hidden_size, num_heads, n_kv_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+    ):
+        super().__init__(hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.attention = GroupedQueryWindowAttention(  # noqa: F821
+            hidden_size, num_heads, num_heads, window_size, table
+        )
+
+
+class _GroupedWithoutTable(TransformerBlock):
+    def __init__(
+        self, hidden_size, num_heads, n_kv_heads, window_size, d_ff, num_experts, n_experts_per_token, table
+    ):
+        super().__init__(hidden_size, num_heads, window_size, d_ff, num_experts, n_experts_per_token, table)
+        self.attention = GroupedQueryWindowAttention(  # noqa: F821
+            hidden_size, num_heads, n_kv_heads, window_size
+        )
+
+
+def _costs(D, H, H_kv, N, nbytes, kv_heads_cached=None, keys_and_values=2, kv_width=None, bias=1):
+    """gqa_costs, right; or with one thing changed by the arguments after nbytes."""
+    Dh = D // H
+    kv = H_kv * Dh if kv_width is None else kv_width
+    per_layer = (D + bias) * H * Dh + 2 * (D + bias) * kv + (H * Dh + bias) * D
+    cached = H_kv if kv_heads_cached is None else kv_heads_cached
+    return N * per_layer, keys_and_values * N * cached * Dh * nbytes
+
+
+def _cache_of_every_head(D, H, H_kv, N, nbytes):
+    return _costs(D, H, H_kv, N, nbytes, kv_heads_cached=H)
+
+
+def _keys_only_cached(D, H, H_kv, N, nbytes):
+    return _costs(D, H, H_kv, N, nbytes, keys_and_values=1)
+
+
+def _kv_projections_full_width(D, H, H_kv, N, nbytes):
+    return _costs(D, H, H_kv, N, nbytes, kv_width=D)
+
+
+def _costs_without_biases(D, H, H_kv, N, nbytes):
+    return _costs(D, H, H_kv, N, nbytes, bias=0)
+
+
+def _cache_of_one_layer(D, H, H_kv, N, nbytes):
+    parameters, per_token = _costs(D, H, H_kv, N, nbytes)
+    return parameters, per_token // N
+
+
+def _cache_in_values(D, H, H_kv, N, nbytes):
+    parameters, per_token = _costs(D, H, H_kv, N, nbytes)
+    return parameters, per_token // nbytes
+
+
+def _attention_mistake(impl):
+    return (impl, _RightBlock, _costs)
+
+
+def _block_mistake(impl):
+    return (_Grouped, impl, _costs)
+
+
+def _costs_mistake(impl):
+    return (_Grouped, _RightBlock, impl)
+
+
+_REPEAT = "each key/value head serves num_heads // n_kv_heads consecutive query heads"
+_GQA_MISTAKES = [
+    Mistake(
+        "the key/value heads repeated with Tensor.repeat ([k0, k1, k0, k1]): query head h reads key/value "
+        "head h % n_kv_heads",
+        f"{_REPEAT}: their copies sit next to each other, [k0, k0, k1, k1], so that query head h reads "
+        "key/value head h // (num_heads // n_kv_heads), as the model was trained. torch.repeat_interleave "
+        "does that; Tensor.repeat tiles the whole set.",
+        _attention_mistake(_TiledHeads),
+    ),
+    Mistake(
+        "wk and wv of the full width, hidden_size -> hidden_size",
+        f"the point of grouped-query attention is fewer keys and values: wk and wv map hidden_size to "
+        f"n_kv_heads * head_dim, and {_REPEAT}.",
+        _attention_mistake(_FullWidthKeys),
+    ),
+    Mistake(
+        "the scores divided by sqrt(n_kv_heads * head_dim), the width of wk",
+        "each score is the dot product of one query head and one key head, head_dim features: divide by "
+        "sqrt(head_dim).",
+        _attention_mistake(_ScaledByKeyWidth),
+    ),
+    Mistake(
+        "the padded keys masked out",
+        "this layer computes what the homework's EfficientSlidingWindowMultiheadAttention computes: its "
+        "windows are zero-padded at the ends, and the padded keys take part in the softmax with score 0.",
+        _attention_mistake(_PaddingMasked),
+    ),
+    Mistake(
+        "queries and keys rotated after the keys were padded",
+        "padding shifts every key by window_size // 2 positions: rotate queries and keys right after the "
+        "split into heads, where each still sits at its own position.",
+        _attention_mistake(_RotatedAfterPadding),
+    ),
+    Mistake(
+        "the grouped-query attention added beside the multi-head one",
+        "the block's forward calls the attention under the name your TransformerBlock gave it: put the "
+        "grouped-query attention under that name, in its place.",
+        _block_mistake(_BesideTheMultiHead),
+    ),
+    Mistake(
+        "the grouped-query attention built with num_heads key/value heads",
+        "give it the block's n_kv_heads: with num_heads of them it is multi-head attention again.",
+        _block_mistake(_KvHeadsNotPassed),
+    ),
+    Mistake(
+        "the grouped-query attention built without the block's rotation_matrix",
+        "pass the block's table on, as your TransformerBlock does for its attention: without it nothing "
+        "rotates the queries and keys.",
+        _block_mistake(_GroupedWithoutTable),
+    ),
+    Mistake(
+        "the cache counted with num_heads heads",
+        "the cache holds what wk and wv produce: n_kv_heads heads per layer, not num_heads.",
+        _costs_mistake(_cache_of_every_head),
+    ),
+    Mistake(
+        "the cache counted with keys only",
+        "each key/value head caches a key and a value per token: twice the keys.",
+        _costs_mistake(_keys_only_cached),
+    ),
+    Mistake(
+        "wk and wv counted at the full width, hidden_size -> hidden_size",
+        "wk and wv map hidden_size to n_kv_heads * head_dim, with as many biases.",
+        _costs_mistake(_kv_projections_full_width),
+    ),
+    Mistake(
+        "the projections' biases left out (Llama's have none; this course's have them)",
+        "wq, wk, wv and wo are nn.Linear with their biases, one per output feature.",
+        _costs_mistake(_costs_without_biases),
+    ),
+    Mistake(
+        "the cache of one layer",
+        "every layer caches its own keys and values: n_layers times one layer's.",
+        _costs_mistake(_cache_of_one_layer),
+    ),
+    Mistake(
+        "the cache counted in values, not bytes",
+        "multiply by bytes_per_value (2 for bfloat16).",
+        _costs_mistake(_cache_in_values),
+    ),
+]
+
+
 MISTAKES = {
     "08.block": [
         Mistake(
@@ -645,4 +928,5 @@ MISTAKES = {
             count_with_table,
         ),
     ],
+    "08.gqa": _GQA_MISTAKES,
 }
