@@ -463,9 +463,8 @@ def _random_rolling_case(g: torch.Generator, concern: str) -> Case:
     if h_kv == s + w:  # the buffer's two layouts would look alike
         h_kv = 1
     chunks = _random_chunks(g, w, s + _int(g, 3, 6) * w)
-    return _rolling_case(
-        g, concern, b, b + _int(g, 0, 1), h_kv, 2 * _int(g, 1, 4), w, s, chunks, bool(_int(g, 0, 1))
-    )
+    stale = bool(_int(g, 0, 1)) and concern != SINKS  # an earlier sequence is the window's cases' to charge
+    return _rolling_case(g, concern, b, b + _int(g, 0, 1), h_kv, 2 * _int(g, 1, 4), w, s, chunks, stale)
 
 
 def rolling_cases(g: torch.Generator, hidden: bool) -> list[Case]:
@@ -474,7 +473,7 @@ def rolling_cases(g: torch.Generator, hidden: bool) -> list[Case]:
         _rolling_case(g, ROLLING, 2, 3, 1, 8, 3, 0, [1] * 12 + [5, 2], False),
         _rolling_case(g, ROLLING, 1, 2, 2, 4, 5, 0, [13, 1, 1, 1, 1, 7, 1, 1], True),
         _rolling_case(g, SINKS, 1, 1, 2, 4, 3, 2, [7, 1, 1, 1, 4] + [1] * 5, False),
-        _rolling_case(g, SINKS, 2, 2, 1, 4, 4, 1, [1] * 15, True),
+        _rolling_case(g, SINKS, 2, 2, 1, 4, 4, 1, [1] * 15, False),
         _rolling_case(g, SINKS, 1, 2, 2, 4, 2, 4, [2, 1, 1, 6, 1, 1, 1], False),
         _rolling_case(g, BUFFER, 1, 2, 2, 4, 4, 0, [6, 1, 1, 1, 1, 3], False),
         _rolling_case(g, BUFFER, 2, 2, 1, 4, 3, 2, [1] * 10 + [4], True),
