@@ -509,23 +509,32 @@ def _kept_rows(inputs: dict, kept: Tensor) -> Tensor:
     return out
 
 
-def _dispatch_stand_in(x: Tensor, selected_experts: Tensor, weights: Tensor, experts) -> Tensor:
-    """Question 6's sorted_dispatch, for a capacity_dispatch that calls it: the homework's loop over
-    experts, which the notebook shows, so that a bug of Question 6 costs this question nothing."""
-    out = torch.zeros_like(x)
-    for number, expert in enumerate(experts):
-        token_idx, slot_idx = torch.where(selected_experts == number)
-        if len(token_idx):
-            rows = weights[token_idx, slot_idx].unsqueeze(-1) * expert(x[token_idx])
-            out.index_put_((token_idx,), rows, accumulate=True)
-    return out
+def _dispatch_stand_in(experts: list):
+    """Question 6's sorted_dispatch for a capacity_dispatch that calls it, so that a bug of Question 6
+    costs this question nothing: the homework's loop over experts, which the notebook shows. Bound to
+    the case's own experts, it answers no other call (06.sorted_dispatch's included)."""
+
+    def sorted_dispatch(x: Tensor, selected_experts: Tensor, weights: Tensor, given) -> Tensor:
+        if not all(any(e is mine for mine in experts) for e in given):
+            raise NotAsAsked(
+                "capacity_dispatch called sorted_dispatch with experts other than those it was given"
+            )
+        out = torch.zeros_like(x)
+        for number, expert in enumerate(given):
+            token_idx, slot_idx = torch.where(selected_experts == number)
+            if len(token_idx):
+                rows = weights[token_idx, slot_idx].unsqueeze(-1) * expert(x[token_idx])
+                out.index_put_((token_idx,), rows, accumulate=True)
+        return out
+
+    return sorted_dispatch
 
 
 def run_capacity(capacity_dispatch, case: Case) -> Outputs:
     inputs = case.inputs
     tallies = [{"calls": 0, "rows": 0} for _ in inputs["experts"]]
     experts = [counted_expert(a, b, tally) for (a, b), tally in zip(inputs["experts"], tallies, strict=True)]
-    with names_replaced(capacity_dispatch, {"sorted_dispatch": _dispatch_stand_in}):
+    with names_replaced(capacity_dispatch, {"sorted_dispatch": _dispatch_stand_in(experts)}):
         returned = capacity_dispatch(
             inputs["x"], inputs["selected_experts"], inputs["weights"], experts, inputs["capacity_factor"]
         )
