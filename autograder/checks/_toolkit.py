@@ -17,6 +17,7 @@ from ..core import (
     Concern,
     ErrorHint,
     LibraryUse,
+    NotAsAsked,
     Outputs,
     Property,
     library_calls,
@@ -345,3 +346,44 @@ SDPA_USES = (
     LibraryUse(SDPA, _qkv_and_mask),
     LibraryUse("torch._scaled_dot_product_flash_attention_for_cpu", _qkv),
 )
+
+
+# ---------------------------------------------------------- a stand-in for an earlier question's RoPE
+
+
+class PositionScaling(nn.Module):
+    """What a check puts in place of a layer's RoPE, which its own question grades (notebook 04, 09's
+    Question 1). Not a rotation, so it answers no question: it scales the query or key at absolute
+    position p by 1 + p / 16. It still depends on the position, so a layer that passes the wrong
+    start_pos, turns its cached keys again, or scales after padding, still shows."""
+
+    def forward(self, queries: Tensor, keys: Tensor, start_pos: int = 0) -> tuple[Tensor, Tensor]:
+        return self._scaled(queries, start_pos), self._scaled(keys, start_pos)
+
+    @staticmethod
+    def _scaled(x: Tensor, start_pos: int) -> Tensor:
+        """x (..., T, Dh) at positions start_pos .. start_pos + T - 1 (its own T: keys padded too soon
+        are longer than the queries, and scaled as they come)."""
+        positions = torch.arange(start_pos, start_pos + x.shape[-2], dtype=torch.float32)
+        return x * (1 + positions[:, None] / 16).to(x.dtype)
+
+
+def rope_replaced(layer: nn.Module, rope_class, charged: str) -> nn.Module:
+    """The layer with PositionScaling in place of its RoPE module: the one of the notebook's class
+    `rope_class`, or else the given self.rope. `charged`: the question that grades the RoPE."""
+    found = [
+        name
+        for name, part in layer.named_children()
+        if isinstance(rope_class, type) and isinstance(part, rope_class)
+    ]
+    if not found and isinstance(getattr(layer, "rope", None), nn.Module):
+        found = ["rope"]
+    if not found:
+        raise NotAsAsked(
+            "the layer holds no RoPE module: keep the given self.rope = RoPE(rotation_matrix) and rotate the "
+            f"queries and keys with it (the check puts a stand-in in its place, so that a bug of your RoPE "
+            f"costs {charged} only)"
+        )
+    for name in found:
+        setattr(layer, name, PositionScaling())
+    return layer

@@ -30,6 +30,7 @@ from ..core import (
     Property,
     names_replaced,
 )
+from ._toolkit import rope_replaced
 
 Tensor = torch.Tensor
 
@@ -152,39 +153,6 @@ WINDOW = "a sliding window (window_size=W)"
 CACHE = "the cache: (max_batch_size, n_kv_heads, max_seq_len, head_dim), keys rotated, written at start_pos"
 
 
-class PositionStandIn(nn.Module):
-    """What 09.kv_cache puts in place of the layer's RoPE, which Question 1 asks for (09.rope_positions
-    charges its bugs). Not a rotation, so it answers no question: it scales the token at absolute
-    position p by 1 + p / 16. It still depends on the absolute position, so a layer that passes the
-    wrong start_pos, or turns its cached keys again, still shows."""
-
-    def forward(self, queries: Tensor, keys: Tensor, start_pos: int = 0) -> tuple[Tensor, Tensor]:
-        T = queries.shape[-2]
-        scale = 1 + torch.arange(start_pos, start_pos + T, dtype=torch.float32)[:, None] / 16  # (T, 1)
-        return queries * scale.to(queries.dtype), keys * scale.to(keys.dtype)
-
-
-def _with_position_stand_in(layer, rope_class):
-    """The layer with PositionStandIn in place of its RoPE module: the one of the notebook's RoPE class,
-    or else the given self.rope."""
-    found = [
-        name
-        for name, part in layer.named_children()
-        if isinstance(rope_class, type) and isinstance(part, rope_class)
-    ]
-    if not found and isinstance(getattr(layer, "rope", None), nn.Module):
-        found = ["rope"]
-    if not found:
-        raise NotAsAsked(
-            "the layer holds no RoPE module: keep the given self.rope = RoPE(rotation_matrix) and rotate q "
-            "and k with it (this check puts a stand-in in its place, so that a bug of Question 1 costs "
-            "Question 1 only)"
-        )
-    for name in found:
-        setattr(layer, name, PositionStandIn())
-    return layer
-
-
 def build_cached_layer(layer_class, inputs: dict):
     """The student's layer at the case's sizes, with the case's weights (any bias set to zero)."""
     layer = layer_class(*inputs["config"], inputs["rotation_matrix"], window_size=inputs["window_size"])
@@ -217,7 +185,7 @@ def run_kv_cache(targets, case: Case) -> Outputs:
     # that is right, so that the same bug costs no points here.
     stand_in = {} if _repeats_as_asked(case, probe) else {"repeat_kv": _repeat_stand_in(i["config"][2])}
     with torch.no_grad(), names_replaced(layer_class, stand_in):
-        layer = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
+        layer = rope_replaced(build_cached_layer(layer_class, i), rope_class, "Question 1")
         if "earlier" in i:
             layer(i["earlier"], 0)
         output = _fed_in_chunks(layer, i["x"], i["chunks"])
@@ -227,7 +195,7 @@ def run_kv_cache(targets, case: Case) -> Outputs:
             outputs = {"output": output}
         if len(i["chunks"]) > 1 and case.concern != CACHE:  # the same sequence in one prefill, fresh layer
             whole = i["x"].shape[1]
-            fresh = _with_position_stand_in(build_cached_layer(layer_class, i), rope_class)
+            fresh = rope_replaced(build_cached_layer(layer_class, i), rope_class, "Question 1")
             outputs["one_prefill"] = _fed_in_chunks(fresh, i["x"], [whole])
     return outputs | probe
 

@@ -38,7 +38,7 @@ from ..core import (
 from ..lent_model import refuse_the_lent_model, refusing_the_lent_model
 from ..playground import one_thread
 from ._toolkit import BlackBoxExpert as BlackBox
-from ._toolkit import StandIn, build_with_stand_ins, modules_with_own_weights
+from ._toolkit import StandIn, build_with_stand_ins, modules_with_own_weights, rope_replaced
 
 Tensor = torch.Tensor
 ASSIGNMENT = "08_transformer"
@@ -1247,20 +1247,6 @@ PROJECTIONS = {
 }
 
 
-class _PositionScaling(nn.Module):
-    """What 08.gqa puts in place of the attention's RoPE. Not a rotation, so it answers no question: it
-    scales the query or key at position p by 1 + p / 16. It still depends on the position, so queries
-    and keys scaled at other positions (after the padding), or not at all, still show."""
-
-    def forward(self, queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
-        return self._scaled(queries), self._scaled(keys)
-
-    @staticmethod
-    def _scaled(x: Tensor) -> Tensor:
-        scale = 1 + torch.arange(x.shape[-2], dtype=torch.float32)[:, None] / 16  # (T, 1)
-        return x * scale.to(x.dtype)
-
-
 class _GroupedAttentionSizes(nn.Module):
     """GroupedQueryWindowAttention's __init__ without the layer: the arguments it was given."""
 
@@ -1288,31 +1274,11 @@ def run_gqa(targets, case: Case) -> Outputs:
     layer = attention_class(*i["config"], i["table"])
     refuse_the_lent_model(layer, "attention")
     if i["table"] is not None:
-        _rope_replaced(layer, attention_class)
+        rope_class = getattr(getattr(attention_class, "__init__", None), "__globals__", {}).get("RoPE")
+        rope_replaced(layer, rope_class, "notebook 04")
     _load_projections(layer, i["weights"])
     with torch.no_grad():
         return {"output": layer(i["x"])}
-
-
-def _rope_replaced(layer: nn.Module, attention_class) -> None:
-    """The layer's RoPE module (of the notebook's class RoPE, or the given self.rope) replaced by the
-    stand-in."""
-    rope_class = getattr(getattr(attention_class, "__init__", None), "__globals__", {}).get("RoPE")
-    found = [
-        name
-        for name, part in layer.named_children()
-        if isinstance(rope_class, type) and isinstance(part, rope_class)
-    ]
-    if not found and isinstance(getattr(layer, "rope", None), nn.Module):
-        found = ["rope"]
-    if not found:
-        raise NotAsAsked(
-            "the layer holds no RoPE module: keep the given self.rope = RoPE(rotation_matrix) and rotate the "
-            "queries and keys with it (the check puts a stand-in in its place, so that a bug of your RoPE "
-            "costs notebook 04 only)"
-        )
-    for name in found:
-        setattr(layer, name, _PositionScaling())
 
 
 def _load_projections(layer: nn.Module, weights: dict[str, Tensor]) -> None:
