@@ -1,0 +1,36 @@
+"""Which answers were copied: answers of a class that share what the rest of the class does not
+write, with each other, with earlier classes' answers and with published solutions.
+
+    answers.py   the answer cells of a graded class (OUT/work/runs), the files of known sources
+    order.py     independent statements put in one order (a shuffled copy reads as its original)
+    matching.py  fingerprints (copydetect's winnowing), their rarity, the flagged pairs
+    page.py      the pairs in OUT/report.html (instructors only) and OUT/similar-answers.csv
+
+docs/similar-answers.md says what is compared, how a pair is scored and what it cannot see.
+"""
+
+from pathlib import Path
+
+from grader.similarity.answers import class_answers, given_code, is_output_folder, source_files
+from grader.similarity.matching import Match, Normalised, find_matches
+
+CACHE = "similar_answers.json"  # in OUT/work: the answers as the search reads them (matching.Normalised)
+
+
+def similar_answers(out: Path, compare_with: list[Path] = ()) -> list[Match]:
+    """The flagged pairs of the class graded into `out`, among its students and against each
+    folder of `compare_with`: an earlier class's output folder, or any folder of .py and .ipynb
+    files (published solutions)."""
+    answers, sources = class_answers(out), []
+    for folder in compare_with:
+        if folder.resolve() == out.resolve() or not folder.is_dir():
+            continue
+        if is_output_folder(folder):
+            answers += class_answers(folder, origin=str(folder))
+        else:
+            sources += source_files(folder)
+    given = {notebook: given_code(notebook) for notebook in {a.notebook for a in answers}}
+    normalised = Normalised(out / "work" / CACHE)
+    matches = find_matches(answers, sources, given, normalised)
+    normalised.save()
+    return matches
