@@ -46,6 +46,11 @@ def _grade(args) -> int:
         raise SystemExit(f"{source}: no such folder or zip file (give the LMS download, as it came)")
     if out.exists() and not out.is_dir():
         raise SystemExit(f"{out} is a file: --out names a folder (new, or one graded into before)")
+    for folder in args.compare_with or ():
+        if not Path(folder).is_dir():
+            raise SystemExit(
+                f"--compare-with {folder}: no such folder (an earlier class's --out, or solutions)"
+            )
     from grader.grading import Limits, grade  # after the checks: its imports take seconds
 
     limits = Limits(
@@ -65,6 +70,7 @@ def _grade(args) -> int:
         roster=Path(args.roster) if args.roster else None,
         title=args.title,
         dask=args.dask,
+        compare_with=[Path(folder) for folder in args.compare_with or ()],
     )
     attention = [r for r in results if r.status != "graded" or r.reason]
     if attention:
@@ -190,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDRESS",
         help="grade on a Dask cluster: its scheduler's address (tls://host:8786), or local[:N] for N worker "
         "processes here (docs/grading-at-scale.md); --jobs is then not used",
+    )
+    p.add_argument(
+        "--compare-with",
+        nargs="+",
+        metavar="DIR",
+        help="compare answers with these too (kept in OUT): earlier classes' output folders, and folders of "
+        "published solutions (.py, .ipynb); the pairs are in OUT/report.html and OUT/similar-answers.csv",
     )
     p.set_defaults(func=_grade)
 

@@ -11,7 +11,9 @@ A submission's path, a folder of grader/ for each stage:
 
 Layout of OUT (an instructor's record: each run merges into it, see record.py):
     grades.csv                       one row per student and notebook (grades.py)
-    report.html                      the class report: scores, pass rates, the mistakes made (class_report.py)
+    report.html                      the class report: scores, pass rates, the mistakes made
+                                     (class_report.py), the pairs of similar answers (grader/similarity/)
+    similar-answers.csv              those pairs, one row each (grader/similarity/page.py)
     totals.csv, upload/              one row per student, and the files to upload to the LMS (roster.py):
                                      the grades, and the feedback pages as the LMS takes them back
                                      (feedback_return.py)
@@ -29,6 +31,7 @@ Layout of OUT (an instructor's record: each run merges into it, see record.py):
                                      present and same hash = done (resume, idempotence)
     work/hand_grades.json, refused.json, settings.json   the rest of the record (record.py)
     work/case_seed                   the batch's seed for all cases (same grades on a re-run)
+    work/similar_answers.json        the answers as the similarity search reads them, by hash (a cache)
     work/batch.json                  while a batch runs: its sandboxes' folder and cgroup, its process
 
 A notebook that breaks its worker costs only itself (dispatch.py), and a batch killed midway
@@ -81,6 +84,9 @@ from grader.record.record import (
     settings,
     store,
 )
+from grader.similarity import similar_answers
+from grader.similarity.page import CSV_NAME as SIMILAR_CSV
+from grader.similarity.page import write_csv as write_similar_csv
 
 
 def grade(
@@ -95,12 +101,15 @@ def grade(
     roster: Path | None = None,
     title: str | None = None,
     dask: str | None = None,
+    compare_with: list[Path] | None = None,
 ) -> list[Result]:
     """Grade every submission under `source` into the record in `out` (new and changed files are
     graded, the rest of the record is kept); write grades.csv, totals, feedback and the class
     report from the whole record; return its rows. `again`: grade the source's files again even
     where unchanged. `dask`: a Dask scheduler's address, or local[:N], to grade on (else `jobs`
-    worker processes here). `due`, `late_penalty`, `roster` and `title` are kept in `out` once given."""
+    worker processes here). `compare_with`: earlier classes' output folders and folders of
+    published solutions, for the similar answers of the class report. `due`, `late_penalty`,
+    `roster`, `title` and `compare_with` are kept in `out` once given."""
     if limits.sandboxed and (why := unavailable_reason()):
         raise SystemExit(
             f"Refusing to grade: {why}.\n"
@@ -112,6 +121,8 @@ def grade(
     work = out / "work"
     new_folder = not out.exists()
     given = {"due": due, "late_penalty": late_penalty, "title": title, "limits": asdict(limits)}
+    if compare_with:
+        given["compare_with"] = [str(folder.resolve()) for folder in compare_with]
     kept = {**settings(out), **{k: v for k, v in given.items() if v is not None}}
     # A wrong flag, an unreadable roster, a bad course.toml or one that leaves out other questions than
     # when this folder was first graded stops the run here, before anything is written.
@@ -254,7 +265,9 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     rows.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", rows)
     write_pages(out, rows, config)
-    write_class_report(out / "report.html", rows)
+    matches = similar_answers(out, [Path(folder) for folder in kept.get("compare_with", [])])
+    write_class_report(out / "report.html", rows, matches)
+    write_similar_csv(out / SIMILAR_CSV, matches)
     write_totals(out, rows, class_list, kept.get("lms", ""), kept.get("title"))
     write_feedback_bundles(out, rows)
     for note in notes:

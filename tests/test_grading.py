@@ -248,6 +248,8 @@ def graded(tmp_path_factory):
     (out / "work" / "case_seed").write_text(str(BATCH_SEED))  # the grader draws its cases from it
     expected = _class(submissions)
     before = digests(submissions)
+    published = tmp_path_factory.mktemp("published")  # a file of solutions found online, as collected
+    (published / "rope.py").write_text(solution_sources("04_rope")["rope_forward"])
     # Under the limits an instructor gets (120 s a cell, 900 s a notebook): a perfect 08 took over 60 s
     # in one CI run on a loaded machine. Notebooks that run past a limit: tests/test_time_limits.py.
     assert (
@@ -259,6 +261,8 @@ def graded(tmp_path_factory):
                 str(out),
                 "--jobs",
                 "2",
+                "--compare-with",
+                str(published),
             ]
         )
         == 0
@@ -305,6 +309,30 @@ def test_the_class_report_counts_each_mistake_named(graded):
         assert counted.get(mutant.mistake.name, 0) >= 1, (mutant.student, counted)
         students = {s for s, notebook in rows if notebook == mutant.assignment}
         assert all(n <= len(students) for n in counted.values())
+
+
+@needs_sandbox
+def test_the_class_report_flags_the_same_answers_for_the_instructor_only(graded):
+    """Two students handed in the same 04 (the reference's): their pair is flagged with links to
+    both pages, and both against the published file given with --compare-with; no student's page
+    says a word of it."""
+    _, _, out, *_ = graded
+    with (out / "similar-answers.csv").open() as file:
+        pairs = {
+            (r["notebook"], r["question"], r["student"], r["other"], r["other_from"])
+            for r in csv.DictReader(file)
+        }
+    published = json.loads((out / "work" / "settings.json").read_text())["compare_with"]
+    assert ("04_rope", "rope_forward", "deleted-test-cell", "perfect", "this class") in pairs
+    for student in ("perfect", "deleted-test-cell"):
+        assert ("04_rope", "rope_forward", student, "rope.py", f"source: {published[0]}") in pairs
+    assert not any(student == "untouched" or other == "untouched" for _, _, student, other, _ in pairs)
+    report = (out / "report.html").read_text()
+    assert "href='feedback/deleted-test-cell/04_rope.html'" in report.split("id='similar-04_rope'")[1]
+    for page in (out / "feedback").rglob("*.html"):
+        assert "Similar answers" not in page.read_text() and "similar-" not in page.read_text(), page
+    found = {path.relative_to(out) for path in out.rglob("*") if "similar" in path.name}
+    assert found == {Path("similar-answers.csv"), Path("work/similar_answers.json")}  # nothing in upload/
 
 
 @needs_sandbox

@@ -4,12 +4,14 @@ For each notebook: how many students were graded, failed or missing and how the 
 histogram); for each question, the share of students with all its points; and for each check, the
 known mistakes the judge named with how many students made each (the catalogue's names and
 advice), the cases and properties that failed most often, why some tests could not be judged, and
-the students whose notebooks failed or are missing.
+the students whose notebooks failed or are missing; then the pairs of similar answers
+(grader/similarity), for the instructor's eyes only.
 
-It is made from the grades' rows, which carry each test's verdict as data (core.Verdict.record):
-no notebook is read again. Every text that comes from students (ids, names, reasons quoting their
-errors) is escaped, the page holds no script and its policy allows none, and the figures are PNG
-images inside the page: it opens from disk with no network, anywhere.
+It is made from the grades' rows, which carry each test's verdict as data (core.Verdict.record),
+and the pairs found before it is written: no notebook is read here. Every text that comes from
+students (ids, names, reasons quoting their errors, answers) is escaped, the page holds no script
+and its policy allows none, and the figures are PNG images inside the page: it opens from disk
+with no network, anywhere.
 """
 
 import base64
@@ -25,6 +27,8 @@ from autograder.core import as_sentence
 from autograder.paths import assignments
 from autograder.reference import mistakes
 from grader.grades import Result
+from grader.similarity import page as similar
+from grader.similarity.matching import Match
 
 TOP = 5  # failing cases and properties listed per check
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -76,7 +80,8 @@ def tally(rows: list[Result]) -> dict[str, dict[str, CheckTally]]:
     return tallies
 
 
-def write_class_report(path: Path, rows: list[Result]) -> None:
+def write_class_report(path: Path, rows: list[Result], matches: list[Match] = ()) -> None:
+    """The report of the class `rows` make; `matches`: its flagged pairs of similar answers."""
     course = set(assignments())
     unmatched = [r for r in rows if r.notebook not in course]  # files refused before any notebook
     rows = [r for r in rows if r.notebook in course]
@@ -89,7 +94,12 @@ def write_class_report(path: Path, rows: list[Result]) -> None:
     body.append(_overview(rows, notebooks))
     for notebook in notebooks:
         body.append(
-            _notebook(notebook, [r for r in rows if r.notebook == notebook], tallies.get(notebook, {}))
+            _notebook(
+                notebook,
+                [r for r in rows if r.notebook == notebook],
+                tallies.get(notebook, {}),
+                [m for m in matches if m.notebook == notebook],
+            )
         )
     if unmatched:
         body.append(
@@ -104,7 +114,8 @@ def write_class_report(path: Path, rows: list[Result]) -> None:
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{POLICY}\">"
-        f"<title>Class report</title><style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
+        f"<title>Class report</title><style>{STYLE}{similar.STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
     )
     partial = path.with_suffix(".partial")
     partial.write_text(page, encoding="utf-8")
@@ -154,7 +165,7 @@ def _overview(rows: list[Result], notebooks: list[str]) -> str:
     return "".join(lines) + "</table>"
 
 
-def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally]) -> str:
+def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally], matches: list[Match]) -> str:
     scores = [r.score for r in rows if r.score is not None]
     top = next((r.max_score for r in rows if r.max_score), 0.0)
     parts = [f"<section id='{_e(notebook)}'><h2>{_e(notebook)}</h2>"]
@@ -185,6 +196,7 @@ def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally]) 
         parts.append("</table>")
         parts += [_check(name, checks[name]) for name in sorted(checks)]
     parts.append(_not_graded(rows))
+    parts.append(similar.section(notebook, matches))
     return "".join(parts) + "</section>"
 
 
