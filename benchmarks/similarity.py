@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from grader.similarity import fingerprints as fingerprinting  # noqa: E402
 from grader.similarity import matching  # noqa: E402
 from tests.helpers.similar_class import (  # noqa: E402
     GIVEN,
@@ -167,30 +168,39 @@ def scale(sizes: list[int]) -> dict:
     return results
 
 
+def _settings() -> dict:
+    return {
+        **{name: getattr(fingerprinting, name) for name in ("K", "GUARANTEE")},
+        **{
+            name: getattr(matching, name)
+            for name in ("COMMON_SHARE", "MIN_COMMON", "MIN_EVIDENCE", "MIN_SHARE", "MIN_CHARS")
+        },
+    }
+
+
+def _set(values: dict) -> None:
+    for name, value in values.items():
+        setattr(fingerprinting if name in ("K", "GUARANTEE") else matching, name, value)
+
+
 def scan() -> list[dict]:
     classes = [generated_class(200, seed=s) for s in (1, 2, 3, 4)] + [
         generated_class(60, seed=s) for s in range(1, 9)
     ]
-    kept = {name: getattr(matching, name) for name in ("K", "GUARANTEE", "COMMON_SHARE", "MIN_CHARS")}
-    kept.update(MIN_EVIDENCE=matching.MIN_EVIDENCE, MIN_SHARE=matching.MIN_SHARE)
-    matching.MIN_EVIDENCE = matching.MIN_SHARE = 0
+    kept = _settings()
+    normalised = fingerprinting.Normalised()  # the same for every setting: made once
     rows = []
     try:
         for (k, guarantee), common, chars in itertools.product(
             [(25, 30), (30, 35), (35, 40)], [1 / 8, 1 / 4], [80, 100, 120]
         ):
-            matching.K, matching.GUARANTEE, matching.COMMON_SHARE, matching.MIN_CHARS = (
-                k,
-                guarantee,
-                common,
-                chars,
-            )
+            _set({"K": k, "GUARANTEE": guarantee, "COMMON_SHARE": common, "MIN_CHARS": chars})
+            _set({"MIN_EVIDENCE": 0, "MIN_SHARE": 0})
             judged = []
             for written, source in classes:
                 truth = {t for t in copy_pairs(written, source) if t[0] != "softmax"}
-                judged.append(
-                    (truth, matching.find_matches([w.answer for w in written], [source], CLASS_GIVEN))
-                )
+                answers = [w.answer for w in written]
+                judged.append((truth, matching.find_matches(answers, [source], CLASS_GIVEN, normalised)))
             best = {"f1": 0.0}
             for evidence, share in itertools.product([2, 4, 6, 8, 10, 12, 15], [0.5, 0.6, 0.7, 0.8, 0.9]):
                 right = flagged = truths = 0
@@ -213,8 +223,7 @@ def scan() -> list[dict]:
             rows.append({"K": k, "guarantee": guarantee, "common_share": common, "min_chars": chars, **best})
             print(rows[-1], flush=True)
     finally:
-        for name, value in kept.items():
-            setattr(matching, name, value)
+        _set(kept)
     return rows
 
 
@@ -235,10 +244,7 @@ def main() -> None:
         "load_1min_before": os.getloadavg()[0],
         "date": time.strftime("%Y-%m-%d"),
     }
-    results["settings"] = {
-        name: getattr(matching, name)
-        for name in ("K", "GUARANTEE", "COMMON_SHARE", "MIN_COMMON", "MIN_EVIDENCE", "MIN_SHARE", "MIN_CHARS")
-    }
+    results["settings"] = _settings()
     if args.quality:
         results["quality"] = quality()
     if args.scale:

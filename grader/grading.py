@@ -265,12 +265,12 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     rows.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", rows)
     write_pages(out, rows, config)
-    matches = similar_answers(out, [Path(folder) for folder in kept.get("compare_with", [])])
+    matches, compared = similar_answers(out, [Path(folder) for folder in kept.get("compare_with", [])])
     write_class_report(out / "report.html", rows, matches)
     write_similar_csv(out / SIMILAR_CSV, matches)
     write_totals(out, rows, class_list, kept.get("lms", ""), kept.get("title"))
     write_feedback_bundles(out, rows)
-    for note in notes:
+    for note in notes + compared:
         print(f"note: {shown(note)}", file=sys.stderr)
     return rows
 

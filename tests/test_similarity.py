@@ -5,7 +5,11 @@ report and its CSV show. Precision and recall on larger classes: benchmarks/simi
 import csv
 import html
 import json
+import os
 import random
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,8 @@ from grader.record.class_report import write_class_report
 from grader.record.record import save_result
 from grader.similarity import similar_answers
 from grader.similarity.answers import Answer, answer_cells, class_answers, source_files
-from grader.similarity.matching import find_matches, fingerprints, given_runs
+from grader.similarity.fingerprints import fingerprints, given_runs
+from grader.similarity.matching import find_matches
 from grader.similarity.order import canonical_order
 from grader.similarity.page import write_csv
 
@@ -24,6 +29,7 @@ from .helpers.similar_class import GIVEN, GIVEN_CELL, NOTEBOOK, disguise, genera
 from .helpers.submissions import perfect, release, solution_sources
 
 CLASS_GIVEN = {NOTEBOOK: [GIVEN_CELL, *GIVEN.values()]}
+REPO = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>window.PWNED=1</script>"
 
 
@@ -103,7 +109,7 @@ HEADS_INIT = """class A(nn.Module):
 
 
 def _filtered(code: str) -> str:
-    return fingerprints(code, given_runs([])).filtered
+    return fingerprints(code, given_runs([])).text
 
 
 def test_independent_statements_read_the_same_in_any_order_that_computes_the_same():
@@ -133,6 +139,15 @@ def test_a_statement_never_moves_before_what_it_reads():
     assert code.split("\n").index("y = 1") > code.split("\n").index("z = f(y)")  # a write after a read
     assert sorted(line_of) == [1, 2, 3, 4]
     assert canonical_order("super().__init__()\nself.a = 1")[0].startswith("super()")
+
+
+def test_a_statement_nested_past_the_stack_stops_no_reordering():
+    """A reader that recursed would give up on the whole answer (and a copier could add one such
+    line to keep the original's order from being found)."""
+    junk = "        _ = " + "+".join(["0"] * 990)
+    lines = HEADS_INIT.split("\n")
+    shuffled = [*lines[:3], junk, lines[4], lines[3], *lines[5:]]  # q before h: independent
+    assert _filtered("\n".join(shuffled)) == _filtered("\n".join([*lines[:3], junk, *lines[3:]]))
 
 
 def test_code_that_does_not_parse_is_compared_as_written():
@@ -255,14 +270,15 @@ def test_earlier_classes_and_published_files_are_compared(tmp_path):
             ("cy", "04_rope"): {},
         },
     )
-    matches = similar_answers(out, [earlier, published, out, tmp_path / "missing"])
+    matches, notes = similar_answers(out, [earlier, published, out, tmp_path / "missing", earlier])
     found = {(m.a.owner, m.b.owner, m.b.origin) for m in matches}
     assert found == {
         ("ann", "deep/rope.ipynb", str(published)),
         ("bob", "old", str(earlier)),
         ("bob", "old2", str(earlier)),
     }
-    assert [s.owner for s in source_files(published)] == ["deep/rope.ipynb", "junk.py"]
+    assert notes == [f"--compare-with {tmp_path / 'missing'}: no longer a folder, not compared"]
+    assert [s.owner for s in source_files(published, outside=out)] == ["deep/rope.ipynb", "junk.py"]
 
 
 def _other_rope_forward() -> str:
@@ -338,20 +354,26 @@ def test_a_later_run_reads_the_answers_normalised_before_and_survives_a_broken_c
     out = _graded_folder(
         tmp_path, {("ann", "04_rope"): {"rope_forward": rope}, ("bob", "04_rope"): {"rope_forward": rope}}
     )
-    first = similar_answers(out)
+    first, _ = similar_answers(out)
     cache = out / "work" / "similar_answers.json"
-    assert len(json.loads(cache.read_text())) == 1  # one answer, twice
+    assert len(json.loads(cache.read_text())["answers"]) == 1  # one answer, twice
     normalised = []
     with monkeypatch.context() as patched:  # the answer is read from the cache, not normalised again
         patched.setattr(
-            "grader.similarity.matching.canonical_order",
+            "grader.similarity.fingerprints.canonical_order",
             lambda code: normalised.append(code) or canonical_order(code),
         )
-        assert similar_answers(out) == first
+        assert similar_answers(out)[0] == first
     assert normalised and rope not in normalised  # only the notebook's given cells
-    for broken in ("{", "[]", json.dumps({key: [[0, 2], "x"] for key in json.loads(cache.read_text())})):
+    cached = json.loads(cache.read_text())
+    for broken in (
+        "{",
+        "[]",
+        json.dumps({**cached, "version": "an older one"}),
+        json.dumps({**cached, "answers": {key: [[0, 2], "x"] for key in cached["answers"]}}),
+    ):
         cache.write_text(broken)
-        assert similar_answers(out) == first
+        assert similar_answers(out)[0] == first
     assert [(m.a.owner, m.b.owner) for m in first] == [("ann", "bob")]
 
 
@@ -369,3 +391,91 @@ def test_answers_built_to_break_the_reader_are_compared_as_written():
         Answer("huge", NOTEBOOK, "heads", "z = 1\n" * 200_000),
     ]
     assert _found(find_matches(answers, [source], CLASS_GIVEN)) == copies
+
+
+# ------------------------------------------------------------------------------ what a copier may try
+
+
+def _disguises(code: str) -> dict[str, str]:
+    """An exact copy of `code` changed in ways that change nothing a fingerprint reads."""
+    lines = code.split("\n")
+    body = next(i for i, line in enumerate(lines) if "super().__init__()" in line) + 1
+    attributes = sorted(set(re.findall(r"(?<=self\.)\w+", code)) - {"__init__"})
+    builtins = dict(
+        zip(attributes, ["len", "id", "hash", "iter", "next", "vars", "type", "map", "zip"], strict=False)
+    )
+    return {
+        "self renamed": re.sub(r"\bself\b", "me", code),
+        "attributes named as built-ins": re.sub(
+            r"(?<=self\.)(\w+)\b", lambda m: builtins.get(m.group(1), m.group(1)), code
+        ),
+        "a magic line": "\n".join([*lines[:body], "        %time 0", *lines[body:]]),
+        "a long comment first": "#" * 60_000 + "\n" + code,
+        "strings' text changed": re.sub(r"'([^'\n]*)'", lambda m: f"'{m.group(1)[::-1]}x'", code),
+    }
+
+
+@pytest.mark.parametrize("disguise_name", list(_disguises(GIVEN["heads"])))
+def test_cheap_disguises_of_a_copy_hide_nothing(disguise_name):
+    answers, source, copies, _ = planted_class(seed=0)
+    victim = next(a for a in answers if (a.owner, a.question) == ("s0004", "heads"))
+    code = _disguises(victim.source)[disguise_name]
+    answers = [
+        Answer("s0003", NOTEBOOK, "heads", code) if (a.owner, a.question) == ("s0003", "heads") else a
+        for a in answers
+    ]
+    assert ("heads", "s0003", "s0004") in _found(find_matches(answers, [source], CLASS_GIVEN))
+
+
+def test_the_pairs_are_the_same_in_every_process():
+    """Python salts its string hash per process; the fingerprints do not use it."""
+    script = (
+        "from tests.helpers.similar_class import planted_class, GIVEN, GIVEN_CELL, NOTEBOOK\n"
+        "from grader.similarity.matching import find_matches\n"
+        "answers, source, _, _ = planted_class(seed=0)\n"
+        "for m in find_matches(answers, [source], {NOTEBOOK: [GIVEN_CELL, *GIVEN.values()]}):\n"
+        "    print(m.question, m.a.owner, m.b.owner, m.share, m.evidence, m.lines_a)\n"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(runs) == 1 and runs.pop().count("\n") == 5
+
+
+def test_unprintable_characters_of_an_answer_are_shown_as_escapes(tmp_path):
+    answers, source, _, _ = planted_class(seed=0)
+    odd = "    # \u202e reversed \ud800 \x1b[31m"
+    answers = [
+        Answer(a.owner, a.notebook, a.question, a.source + "\n" + odd)
+        if (a.owner, a.question) in {("s0001", "attention"), ("s0002", "attention")}
+        else a
+        for a in answers
+    ]
+    matches = find_matches(answers, [source], CLASS_GIVEN)
+    assert any(m.a.owner == "s0001" and m.b.owner == "s0002" for m in matches)
+    page = tmp_path / "report.html"
+    write_class_report(page, [Result("s0001", NOTEBOOK, 1.0, 2.0, "graded")], matches)
+    text = page.read_text(encoding="utf-8")
+    assert "\\u202e reversed \\ud800 \\x1b[31m" in text
+    assert not set(text) & {"\u202e", "\x1b"}
+
+
+def test_folders_given_to_compare_with_that_cannot_be_read_stop_nothing(tmp_path):
+    out = _graded_folder(tmp_path / "out", {("ann", "04_rope"): {"rope_forward": _other_rope_forward()}})
+    junk = tmp_path / "downloaded"
+    (junk / "work" / "results" / "x").mkdir(parents=True)  # looks like an output folder, is not one
+    (junk / "work" / "results" / "x" / "04_rope.json").write_text('{"status": ["graded"]}')
+    (junk / "work" / "results" / "x" / "01_attention.json").write_text("not json")
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
+    (unreadable / "mem.py").symlink_to("/proc/self/mem")  # a file whose reading fails, even as root
+    matches, notes = similar_answers(out, [junk, unreadable, tmp_path])  # tmp_path holds OUT itself
+    assert matches == [] and notes == []

@@ -3,8 +3,9 @@ files an instructor collects as known sources (earlier classes' folders, publish
 
 Answer cells are the course's own (a code cell the release marks as a solution, by its grade
 id); what a student wrote elsewhere in the notebook is not compared. Every file read here comes
-from students or from the internet: a file that cannot be read as a notebook is skipped, a value
-of the wrong type counts as no source, and files past a size limit are not read.
+from students or from the internet: a file that cannot be read is skipped, a value of the wrong
+type counts as no source, files past a size limit are not read, and every line break ("\r\n",
+"\r") is made "\n", as Python reads code.
 """
 
 import json
@@ -13,9 +14,9 @@ from functools import cache
 from pathlib import Path
 
 from autograder.paths import NOTEBOOKS
-from grader.record.record import recorded
 
-MAX_FILE_BYTES = 8 * 2**20  # a source file, or a submitted notebook (outputs dropped: tens of kB)
+MAX_FILE_BYTES = 8 * 2**20  # a submitted notebook (outputs dropped: tens of kB)
+MAX_SOURCE_BYTES = 2**20  # a source file (a published solution: tens of kB)
 GRADED = ("graded", "needs_manual_grading")
 
 
@@ -62,16 +63,12 @@ def class_answers(out: Path, origin: str = "") -> list[Answer]:
     last for each student), as graded: OUT/work/runs/<student>/<nb>/submitted/. `origin`: ""
     for this class, the folder's path for an earlier one."""
     answers = []
-    for key, (result, _) in recorded(out).items():
-        if result.status not in GRADED:
-            continue
-        student, notebook = key.split("/")
-        cells = answer_cells(notebook) if (NOTEBOOKS / notebook).is_dir() else {}
+    for student, notebook in _graded(out):
+        cells = answer_cells(notebook)
         run = out / "work" / "runs" / student / notebook
         path = run / "submitted" / student / notebook / f"{notebook}.ipynb"
-        found = _code_cells(_read_notebook(path) or {}) if cells else []
         first = {}
-        for grade_id, _, source in found:
+        for grade_id, _, source in _code_cells(_read_notebook(path) or {}) if cells else ():
             if grade_id in cells and grade_id not in first:
                 first[grade_id] = source
         answers += [
@@ -82,21 +79,47 @@ def class_answers(out: Path, origin: str = "") -> list[Answer]:
     return answers
 
 
+def _graded(out: Path) -> list[tuple[str, str]]:
+    """(student, notebook) of each outcome in OUT/work/results that was graded, for a notebook of
+    the course. A folder given as an earlier class may hold anything: what is not such an outcome
+    is passed over."""
+    graded = []
+    for path in sorted((out / "work" / "results").glob("*/*.json")):
+        try:
+            saved = json.loads(path.read_bytes()) if path.stat().st_size < 2**20 else None
+        except (OSError, ValueError):
+            continue
+        notebook = path.stem
+        if isinstance(saved, dict) and saved.get("status") in GRADED and (NOTEBOOKS / notebook).is_dir():
+            graded.append((path.parent.name, notebook))
+    return graded
+
+
 def is_output_folder(folder: Path) -> bool:
     return (folder / "work" / "results").is_dir()
 
 
-def source_files(folder: Path) -> list[Answer]:
+def source_files(folder: Path, outside: Path) -> list[Answer]:
     """The .py and .ipynb files under `folder`, each one source (a notebook's code cells joined),
-    named by its path under the folder."""
+    named by its path under the folder; not those under `outside` (the class's own output folder,
+    where a folder above it is given)."""
     sources = []
     for path in sorted(folder.rglob("*")):
-        if path.suffix not in (".py", ".ipynb") or not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+        try:
+            if (
+                path.suffix not in (".py", ".ipynb")
+                or not path.is_file()
+                or path.stat().st_size > MAX_SOURCE_BYTES
+            ):
+                continue
+            if path.resolve().is_relative_to(outside.resolve()):
+                continue
+            if path.suffix == ".py":
+                text = _lines(path.read_bytes().decode("utf-8", errors="replace"))
+            else:
+                text = "\n".join(source for _, _, source in _code_cells(_read_notebook(path) or {}))
+        except OSError:
             continue
-        if path.suffix == ".py":
-            text = path.read_text(encoding="utf-8", errors="replace")
-        else:
-            text = "\n".join(source for _, _, source in _code_cells(_read_notebook(path) or {}))
         if text.strip():
             sources.append(Answer(str(path.relative_to(folder)), "", "", text, str(folder)))
     return sources
@@ -129,7 +152,11 @@ def _code_cells(notebook: dict) -> list[tuple[str, bool, str]]:
 
 def _text(source) -> str:
     if isinstance(source, str):
-        return source
+        return _lines(source)
     if isinstance(source, list) and all(isinstance(line, str) for line in source):
-        return "".join(source)
+        return _lines("".join(source))
     return ""
+
+
+def _lines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")

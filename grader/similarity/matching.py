@@ -1,13 +1,7 @@
 """Which answers share what the rest of the class does not write.
 
-Fingerprints (copydetect, MOSS's winnowing: Schleimer, Wilkerson and Aiken, SIGMOD 2003): each
-answer is tokenized by Pygments and filtered (every name becomes one letter, strings one letter,
-whitespace and comments go), the filtered text's runs of K characters are hashed, and winnowing
-keeps at least one hash of every run of GUARANTEE characters, so any run that long shared by two
-answers is found. Runs found in the code the notebook gives (stubs, given cells) are dropped.
-Renamed variables and reformatting change no fingerprint; reordered statements change only the
-runs that span two of them (fingerprints are a set, not a sequence), and independent statements
-are put in one order first (order.py).
+Each answer's fingerprints (fingerprints.py) are weighed by how rare they are, and the pairs of
+answers that share rare ones are found through an index from fingerprints to answers.
 
 Rarity: for one question the population is every answer to it (this class's and the earlier
 classes') and every source file. A fingerprint held by n of them is worth log(c / n) / log(c / 2)
@@ -22,148 +16,23 @@ Scale: only fingerprints held by 2 to c answers make pairs: the work grows with 
 times c, through an index from fingerprints to answers, and no two answers are compared whole.
 """
 
-import hashlib
-import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
 from grader.similarity.answers import Answer
-from grader.similarity.order import canonical_order
+from grader.similarity.fingerprints import Fingerprints, Normalised, fingerprints, given_runs
 
-# Set from a scan of generated classes (benchmarks/README.md, "Similar answers"): the best F1 of the
-# settings scanned on twelve classes, then measured on classes they were not set on.
-K = 30  # filtered characters hashed together: two short statements ("V=V.V(V,V=-1)" is 13)
-GUARANTEE = 35  # any shared run this long is found (winnowing window: GUARANTEE - K + 1)
+# Set from a scan of generated classes (benchmarks/README.md, "Similar answers"), with K and
+# GUARANTEE (fingerprints.py): the best F1 of the settings scanned on twelve classes, then measured
+# on classes they were not set on.
 COMMON_SHARE = 1 / 4  # a fingerprint held by this share of the answers is what the class writes:
 MIN_COMMON = 8  # worth nothing (nor one held by this many, in a small class)
 MIN_EVIDENCE = 10.0  # what the shared fingerprints of a flagged pair are worth, at least
 MIN_SHARE = 0.8  # of the smaller answer's worth, at least
 MIN_CHARS = 100  # filtered characters of the class's answer in shared runs, at least (5 or 6 lines)
-MAX_ANSWER_CHARS = 50_000  # of one answer compared (the longest reference answer: 4,238)
-
-
-@dataclass(frozen=True)
-class Fingerprints:
-    raw: str  # the answer, its independent statements in canonical order (order.py)
-    line_of: list[int]  # the answer's line (from 1) of each line of `raw`
-    filtered: str
-    hashes: np.ndarray  # each winnowed fingerprint, in order, repeats kept
-    positions: np.ndarray  # where each starts in the filtered text
-    unique: np.ndarray = field(init=False)  # sorted, once each
-
-    def __post_init__(self):
-        object.__setattr__(self, "unique", np.unique(self.hashes))
-
-    def covered(self, shared: np.ndarray) -> int:
-        """How many filtered characters the runs of the fingerprints `shared` cover."""
-        starts, ends = self._runs(shared)
-        return int(np.sum(ends - starts))
-
-    def lines(self, shared: np.ndarray, given: set[str] = frozenset()) -> tuple[int, ...]:
-        """The lines (from 1) of the answer that hold the runs of the fingerprints `shared`, less
-        those whose text (stripped) is in `given`."""
-        starts, ends = self._runs(shared)
-        if len(starts) == 0:
-            return ()
-        raw_starts, raw_ends = self._raw(starts), self._raw(ends)
-        newlines = np.array([i for i, c in enumerate(self.raw) if c == "\n"], dtype=np.int64)
-        first = np.searchsorted(newlines, raw_starts, side="right") + 1
-        last = np.searchsorted(newlines, np.maximum(raw_ends - 1, raw_starts), side="right") + 1
-        raw_lines = self.raw.split("\n")
-        held = {n for a, b in zip(first, last, strict=True) for n in range(int(a), int(b) + 1)}
-        return tuple(sorted(self.line_of[n - 1] for n in held if raw_lines[n - 1].strip() not in given))
-
-    def _runs(self, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where the runs of the fingerprints `shared` start and end in the filtered text."""
-        from copydetect.utils import get_copied_slices
-
-        starts, ends = get_copied_slices(self.positions[np.isin(self.hashes, shared)], K)
-        return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-
-    def _raw(self, filtered: np.ndarray) -> np.ndarray:
-        """Positions in the filtered text -> positions in the raw text (as copydetect maps them,
-        from the characters its filter removed before each position)."""
-        from copydetect.utils import filter_code
-
-        offsets = np.asarray(filter_code(self.raw, "answer.py", language="python")[1], dtype=np.int64)
-        if len(offsets) == 0:
-            return filtered
-        at = np.clip(np.searchsorted(offsets[:, 0], filtered), 0, len(offsets) - 1)
-        return filtered + offsets[at, 1]
-
-
-class Normalised:
-    """Answers as their fingerprints read them (independent statements in one order, then
-    copydetect's filter), by the SHA-256 of each answer: the slow part of a search (milliseconds an
-    answer, Pygments' lexer mostly), kept between runs in a file (`path`) when given. An entry
-    that does not fit its answer is made again; only the answers of the last search are written."""
-
-    def __init__(self, path: Path | None = None):
-        self.path, self.used = path, {}
-        try:
-            kept = json.loads(path.read_text()) if path else {}
-        except (OSError, ValueError):
-            kept = {}
-        self.kept = kept if isinstance(kept, dict) else {}
-
-    def of(self, code: str) -> tuple[str, list[int], str]:
-        """(the text in canonical order, the answer's line of each of its lines, the filtered text)."""
-        from copydetect.utils import filter_code
-
-        key = hashlib.sha256(code.encode("utf-8", "replace")).hexdigest()
-        lines = code.split("\n")
-        entry = self.used.get(key) or self.kept.get(key)
-        if _fits(entry, len(lines)):
-            line_of, filtered = entry
-        else:
-            line_of = canonical_order(code)[1]
-            filtered = filter_code("\n".join(lines[n - 1] for n in line_of), "answer.py", language="python")[
-                0
-            ]
-        self.used[key] = [line_of, filtered]
-        return "\n".join(lines[n - 1] for n in line_of), line_of, filtered
-
-    def save(self) -> None:
-        if self.path:
-            partial = self.path.with_name(self.path.name + ".partial")
-            partial.write_text(json.dumps(self.used))
-            partial.replace(self.path)
-
-
-def _fits(entry, lines: int) -> bool:
-    """Whether a cached entry is [some of the answer's lines (numbers from 1, each once), a text]."""
-    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
-        return False
-    order, filtered = entry
-    numbers = [n for n in order if type(n) is int and 1 <= n <= lines]
-    return isinstance(filtered, str) and len(numbers) == len(order) == len(set(order))
-
-
-def fingerprints(code: str, given: np.ndarray, normalised: Normalised | None = None) -> Fingerprints:
-    """The winnowed fingerprints of `code`, less every run also in the given code's `given`."""
-    from copydetect.utils import hashed_kgrams, winnow
-
-    text, line_of, filtered = (normalised or Normalised()).of(code)
-    hashes = hashed_kgrams(filtered, K)
-    if len(hashes) == 0:
-        return Fingerprints(text, line_of, filtered, np.zeros(0, np.int64), np.zeros(0, np.int64))
-    kept, positions = winnow(hashes, GUARANTEE - K + 1, remove_duplicates=False)
-    mine = ~np.isin(kept, given)
-    return Fingerprints(text, line_of, filtered, kept[mine], positions[mine])
-
-
-def given_runs(cells: Sequence[str]) -> np.ndarray:
-    """Every run of K filtered characters of the given cells, as written and in canonical order
-    (an untouched stub is read in that order too), hashed: all of them, not winnowed."""
-    from copydetect.utils import filter_code, hashed_kgrams
-
-    texts = [text for cell in cells for text in {cell, canonical_order(cell)[0]}]
-    runs = [hashed_kgrams(filter_code(text, "given.py", language="python")[0], K) for text in texts]
-    return np.unique(np.concatenate([np.zeros(0, np.int64), *runs]))
 
 
 @dataclass(frozen=True)
@@ -208,9 +77,7 @@ def find_matches(
     for (notebook, _), group in sorted(by_question.items()):
         if not any(a.in_this_class for a in group):
             continue
-        prints = [
-            fingerprints(a.source[:MAX_ANSWER_CHARS], runs.get(notebook, none), normalised) for a in group
-        ]
+        prints = [fingerprints(a.source, runs.get(notebook, none), normalised) for a in group]
         given_lines = {line.strip() for cell in given.get(notebook, ()) for line in cell.split("\n")}
         matches += _question_matches(group + sources, prints + printed, given_lines)
     return sorted(matches, key=lambda m: (m.notebook, -m.share, -m.evidence, m.a.owner, m.b.owner))

@@ -3,38 +3,59 @@ independent lines were shuffled reads as the answer it came from.
 
 In each block of an answer, a run of simple statements (assignments, asserts, imports, calls) is
 put in one order: each after the statements whose names it reads or writes, and otherwise by the
-statements' syntax trees with the names left out (the same order whatever the names). Lines move,
-not text: the result keeps each line as written and says where each came from, for showing the
-original lines. Code that does not parse is left as it is.
+shape of its syntax tree, names and constants left out (the same order whatever the names).
+Lines move, not text: the result keeps each line as written and says where each came from, for
+showing the original lines. IPython's magics (`%time`, `!ls`) are left out, as comments are; code
+that still does not parse is left as it is.
+
+A call is taken to change what it names (`nn.init.zeros_(self.v.bias)` stays after `self.v = ...`)
+but nothing else: two statements whose order matters only through hidden state (`torch.manual_seed`
+then `torch.randn`) read the same in either order. That can make two answers look alike, never
+hide a copy.
 """
 
 import ast
 import re
 
-MAX_RUN = 100  # statements in one run put in order (placing them costs the square of their number)
+MAX_RUN = 100  # statements of one run put in order (placing them costs the square of their number)
 SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Assert, ast.Import, ast.ImportFrom, ast.Expr)
+MAGIC = re.compile(r"^[ \t]*[%!].*$", re.MULTILINE)
+ROUNDS = 3  # of telling statements of one shape apart by their neighbours' shapes
 
 
 def canonical_order(code: str) -> tuple[str, list[int]]:
     """`code` with each run of simple statements in its canonical order, and for each of its
-    lines, the line (from 1) of `code` it is. Comments and blank lines inside a run are dropped
-    (fingerprints never hold them)."""
+    lines, the line (from 1) of `code` it is. Comments and blank lines inside a run, and magics,
+    are dropped (fingerprints never hold them). Lines are split at "\\n" alone (answers.py makes every line
+    break one)."""
     lines = code.split("\n")
-    order = list(range(1, len(lines) + 1))
+    as_written = (code, list(range(1, len(lines) + 1)))
+    if "\r" in code or "\f" in code:  # a line break or page break to Python, not to us
+        return as_written
     try:
-        for body in _bodies(ast.parse(code)):
+        tree, skipped = _parsed(code, lines)
+        placed = {}
+        for body in _bodies(tree):
             for run in _runs(body):
-                if len(run) > MAX_RUN:
-                    continue
-                spans = [(s.lineno, s.end_lineno) for s in run]
-                ranked = _canonical(run, [_key(statement) for statement in run])
-                placed = [n for i in ranked for n in range(spans[i][0], spans[i][1] + 1)]
-                first, last = spans[0][0], spans[-1][1]
-                at = order.index(first)
-                order[at : at + last - first + 1] = placed
-    except (SyntaxError, ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
-        return code, list(range(1, len(lines) + 1))
-    return "\n".join(lines[n - 1] for n in order), order
+                ranked = _canonical(run)
+                first, last = run[0].statement.lineno, run[-1].statement.end_lineno
+                placed[first] = [n for s in ranked for n in range(s.lineno, s.end_lineno + 1)]
+                skipped.update(range(first, last + 1))
+        order = []
+        for n in as_written[1]:
+            order += placed.get(n, [] if n in skipped else [n])
+        return "\n".join(lines[n - 1] for n in order), order
+    except (SyntaxError, ValueError, RecursionError, IndexError):  # RecursionError: nesting past the stack
+        return as_written
+
+
+def _parsed(code: str, lines: list[str]) -> tuple[ast.AST, set[int]]:
+    """The code's syntax tree, and the lines of IPython magics it holds, read as blank (only if it
+    does not parse as it is: `% b` may continue an expression)."""
+    try:
+        return ast.parse(code), set()
+    except SyntaxError:
+        return ast.parse(MAGIC.sub("", code)), {n for n, line in enumerate(lines, 1) if MAGIC.fullmatch(line)}
 
 
 def _bodies(tree: ast.AST):
@@ -45,20 +66,51 @@ def _bodies(tree: ast.AST):
                 yield body
 
 
-def _runs(body: list[ast.stmt]) -> list[list[ast.stmt]]:
-    """The runs of two or more consecutive simple statements, each on lines of its own."""
+class _Facts:
+    """What one statement writes, reads and looks like."""
+
+    def __init__(self, statement: ast.stmt):
+        self.statement = statement
+        self.writes = _writes(statement)
+        self.reads = _reads(statement)
+        self.shape = _shape(statement)
+        self.names = self.writes | self.reads
+        self.names_held = {p for name in self.names for p in _prefixes(name)}
+        self.writes_held = {p for name in self.writes for p in _prefixes(name)}
+
+    def follows(self, other: "_Facts") -> bool:
+        """Whether this statement, written after `other`, must stay after it: it reads or writes
+        what `other` writes, or writes what `other` reads (a name, an attribute of it, or what holds it)."""
+        return bool(
+            self.names_held & other.writes
+            or self.names & other.writes_held
+            or self.writes_held & other.names
+            or self.writes & other.names_held
+        )
+
+
+def _runs(body: list[ast.stmt]) -> list[list[_Facts]]:
+    """The runs of two to MAX_RUN consecutive simple statements, each on lines of its own."""
     runs, run = [], []
     for statement in body + [None]:
-        shares_a_line = run and statement and statement.lineno <= run[-1].end_lineno  # a; b
-        if _movable(statement) and not shares_a_line:
-            run.append(statement)
+        shares_a_line = run and statement and statement.lineno <= run[-1].statement.end_lineno  # a; b
+        facts = _facts(statement) if _movable(statement) and not shares_a_line else None
+        if facts:
+            run.append(facts)
             continue
         if shares_a_line:
             run.pop()
-        if len(run) > 1:
+        if 1 < len(run) <= MAX_RUN:
             runs.append(run)
         run = []
     return runs
+
+
+def _facts(statement: ast.stmt) -> _Facts | None:
+    try:
+        return _Facts(statement)
+    except RecursionError:  # nested too deeply to read: it stays where it is, and so do its neighbours
+        return None
 
 
 def _movable(statement: ast.stmt | None) -> bool:
@@ -69,27 +121,31 @@ def _movable(statement: ast.stmt | None) -> bool:
     return isinstance(statement, SIMPLE)
 
 
-def _canonical(run: list[ast.stmt], keys: list[str]) -> list[int]:
-    """The run's statements (as indices) in the one order that keeps every statement after those
-    it depends on and otherwise puts the smallest key first: the same order for every
-    order of the same statements that computes the same thing."""
-    writes, reads = [_writes(s) for s in run], [_reads(s) for s in run]
-    after = [
-        {i for i in range(j) if _touch(reads[j], writes[i]) or _touch(writes[j], writes[i] | reads[i])}
-        for j in range(len(run))
-    ]
-    # Two statements of the same text are told apart by the texts of those that must follow them
-    followers = [sorted(keys[j] for j in range(len(run)) if i in after[j]) for i in range(len(run))]
+def _canonical(run: list[_Facts]) -> list[ast.stmt]:
+    """The run's statements in the one order that keeps every statement after those it depends on
+    and otherwise puts the smallest key first: the same order for every order of the same
+    statements that computes the same thing. A key is the statement's shape, refined by the keys
+    of the statements that must come before and after it (two statements of one shape are told
+    apart by their neighbours)."""
+    after = [{i for i in range(j) if mine.follows(run[i])} for j, mine in enumerate(run)]
+    before = [{j for j in range(len(run)) if i in after[j]} for i in range(len(run))]
+    keys = [facts.shape for facts in run]
+    for _ in range(ROUNDS):
+        keys = [
+            (keys[i], sorted(keys[j] for j in after[i]), sorted(keys[j] for j in before[i])).__repr__()
+            for i in range(len(run))
+        ]
     placed: list[int] = []
     while len(placed) < len(run):
         ready = [j for j in range(len(run)) if j not in placed and after[j] <= set(placed)]
-        placed.append(min(ready, key=lambda j: (keys[j], followers[j], j)))
-    return placed
+        placed.append(min(ready, key=lambda j: (keys[j], j)))
+    return [run[i].statement for i in placed]
 
 
-def _touch(these: set[str], those: set[str]) -> bool:
-    """Whether a name of one set is a name of the other, or an attribute of it (self.q, self.q.weight)."""
-    return any(a == b or a.startswith(b + ".") or b.startswith(a + ".") for a in these for b in those)
+def _prefixes(name: str) -> set[str]:
+    """`self.q.weight` -> {self, self.q, self.q.weight}."""
+    parts = name.split(".")
+    return {".".join(parts[: i + 1]) for i in range(len(parts))}
 
 
 def _targets(statement: ast.stmt) -> list[ast.expr]:
@@ -105,7 +161,8 @@ def _writes(statement: ast.stmt) -> set[str]:
         return _chains(statement)
     if isinstance(statement, ast.Import | ast.ImportFrom):
         return {(a.asname or a.name).split(".")[0] for a in statement.names}
-    return {name for target in _targets(statement) for name in _written(target)}
+    walrus = {n.target.id for n in ast.walk(statement) if isinstance(n, ast.NamedExpr)}
+    return walrus | {name for target in _targets(statement) for name in _written(target)}
 
 
 def _written(target: ast.expr) -> set[str]:
@@ -129,24 +186,32 @@ def _reads(statement: ast.stmt) -> set[str]:
 
 
 def _chains(node: ast.AST) -> set[str]:
-    """The longest names and attribute chains in `node` (`self.q` of `self.q(x)`, not `self`)."""
-    if name := _dotted(node):
-        return {name}
-    return {name for child in ast.iter_child_nodes(node) for name in _chains(child)}
+    """The longest names and attribute chains in `node` (`self.q` of `self.q(x)`, not `self`).
+    Iterative, as are the two below: a student's statement may nest deeper than Python's stack."""
+    found, stack = set(), [node]
+    while stack:
+        node = stack.pop()
+        if name := _dotted(node):
+            found.add(name)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _dotted(node: ast.AST) -> str:
     """`a` or `self.a.b` for a name or a chain of attributes on one, else ""."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and (base := _dotted(node.value)):
-        return f"{base}.{node.attr}"
-    return ""
+    attributes = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(attributes)]) if isinstance(node, ast.Name) else ""
 
 
-NAMED = re.compile(r"\b(id|attr|arg|name|asname)='[^']*'")
-
-
-def _key(statement: ast.stmt) -> str:
-    """The statement's syntax tree with every name left out: the same whatever the names."""
-    return NAMED.sub(r"\1=''", ast.dump(statement))
+def _shape(node: ast.AST) -> str:
+    """The node's syntax tree without its names and constants: its node types, with their depths."""
+    shape, stack = [], [(node, 0)]
+    while stack:
+        node, depth = stack.pop()
+        shape.append(f"{depth}{type(node).__name__}")
+        stack.extend((child, depth + 1) for child in reversed(list(ast.iter_child_nodes(node))))
+    return " ".join(shape)

@@ -12,6 +12,7 @@ import html
 from pathlib import Path
 from urllib.parse import quote
 
+from autograder.printable import shown, shown_text
 from grader.grades import csv_cell
 from grader.similarity.answers import Answer, given_code
 from grader.similarity.matching import MIN_SHARE, Match
@@ -104,7 +105,7 @@ def _listing(answer: Answer, shared: tuple[int, ...], given: set[str]) -> str:
     for n in shown:
         if n != previous + 1:
             out.append(f"<span class='gap'>... line {n}</span>")
-        text = _e(lines[n - 1]) or " "
+        text = html.escape(shown_text(lines[n - 1]), quote=True) or " "
         kind = "given" if lines[n - 1].strip() in given else "shared" if n in shared else ""
         out.append(f"<span class='{kind}'>{text}</span>" if kind else text)
         previous = n
@@ -142,4 +143,6 @@ def _spans(lines: tuple[int, ...]) -> str:
 
 
 def _e(text) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for the page: unprintable characters (controls, text-direction overrides, lone
+    surrogates) as escapes, then HTML-escaped."""
+    return html.escape(shown(str(text)), quote=True)
