@@ -178,9 +178,16 @@ def attention_state(q: Tensor, k: Tensor, v: Tensor, start: int, stop: int, caus
 
 
 def _merge_case(name: str, inputs: dict, cuts: list[int], reverse: bool, concern: str) -> Case:
-    """The keys cut at `cuts`, one state per part, handed over last part first when `reverse`."""
+    """The keys cut at `cuts`, one state per part, handed over last part first when `reverse`.
+    The states are made in float64, then rounded: in float32, scores near 140 carry the last bits of
+    the CPU's matrix product (AVX2 and AVX-512 differ) into exp, 1.5e-5 apart, past what two
+    machines' builds of a snapshot may differ by."""
     bounds = [0, *cuts, inputs["k"].shape[2]]
-    parts = [attention_state(**inputs, start=a, stop=b) for a, b in pairwise(bounds)]
+    wide = {**inputs, **{name: inputs[name].double() for name in ("q", "k", "v")}}
+    parts = [
+        tuple(x.to(inputs["q"].dtype) for x in attention_state(**wide, start=a, stop=b))
+        for a, b in pairwise(bounds)
+    ]
     order = " (the later keys first)" if reverse else ""
     name = f"{name}, keys cut at {', '.join(map(str, cuts))}{order}"
     return Case(name, {**inputs, "parts": parts[::-1] if reverse else parts}, concern=concern)
