@@ -27,8 +27,8 @@ from pygments.lexers import PythonLexer
 
 from grader.similarity.order import canonical_order
 
-K = 30  # filtered characters hashed together: two short statements ("V=V.V(V,V=-1)" is 13)
-GUARANTEE = 35  # any shared run this long is found (winnowing window: GUARANTEE - K + 1)
+K = 35  # filtered characters hashed together: two short statements ("V=V.V(V,V=-1)" is 13)
+GUARANTEE = 40  # any shared run this long is found (winnowing window: GUARANTEE - K + 1)
 MAX_FILTERED = 200_000  # characters of an answer's filtered text compared (the longest reference: 718)
 BASE = 1_000_003  # of the polynomial hash, modulo 2**64
 LEXER = PythonLexer(stripnl=False, ensurenl=False)  # positions are the text's own

@@ -30,8 +30,8 @@ from grader.similarity.fingerprints import Fingerprints, Normalised, fingerprint
 # on classes they were not set on.
 COMMON_SHARE = 1 / 4  # a fingerprint held by this share of the answers is what the class writes:
 MIN_COMMON = 8  # worth nothing (nor one held by this many, in a small class)
-MIN_EVIDENCE = 10.0  # what the shared fingerprints of a flagged pair are worth, at least
-MIN_SHARE = 0.8  # of the smaller answer's worth, at least
+MIN_EVIDENCE = 12.0  # what the shared fingerprints of a flagged pair are worth, at least
+MIN_SHARE = 0.7  # of the smaller answer's worth, at least
 MIN_CHARS = 100  # filtered characters of the class's answer in shared runs, at least (5 or 6 lines)
 
 
