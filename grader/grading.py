@@ -265,11 +265,17 @@ def report(out: Path, refused_now: list[Result] = ()) -> list[Result]:
     rows.sort(key=lambda r: (r.student, r.notebook))
     write_csv(out / "grades.csv", rows)
     write_pages(out, rows, config)
-    matches, compared = similar_answers(out, [Path(folder) for folder in kept.get("compare_with", [])])
-    write_class_report(out / "report.html", rows, matches)
-    write_similar_csv(out / SIMILAR_CSV, matches)
     write_totals(out, rows, class_list, kept.get("lms", ""), kept.get("title"))
     write_feedback_bundles(out, rows)
+    try:
+        matches, compared = similar_answers(out, [Path(folder) for folder in kept.get("compare_with", [])])
+        failure = ""
+    except Exception as error:  # the grades are written: a fault here must cost none of them
+        matches, compared = [], []
+        failure = f"the answers could not be compared ({type(error).__name__}: {error})"
+        notes.append(failure)
+    write_class_report(out / "report.html", rows, matches, failure)
+    write_similar_csv(out / SIMILAR_CSV, matches)
     for note in notes + compared:
         print(f"note: {shown(note)}", file=sys.stderr)
     return rows

@@ -28,6 +28,7 @@ from autograder.core import Mistake, Verdict
 from autograder.paths import assignments
 from autograder.reference import assignment_of, mistakes
 from grader.cli import main
+from grader.grading import report
 
 from .helpers.feedback import page_text, report_tables
 from .helpers.machine import needs_sandbox
@@ -333,6 +334,29 @@ def test_the_class_report_flags_the_same_answers_for_the_instructor_only(graded)
         assert "Similar answers" not in page.read_text() and "similar-" not in page.read_text(), page
     found = {path.relative_to(out) for path in out.rglob("*") if "similar" in path.name}
     assert found == {Path("similar-answers.csv"), Path("work/similar_answers.json")}  # nothing in upload/
+
+
+@needs_sandbox
+def test_a_fault_in_comparing_answers_costs_no_grade(graded, monkeypatch):
+    """The grades, totals and uploads are written before the answers are compared: a bug there
+    leaves them whole, and the report says the answers were not compared, and why."""
+    out = graded[2]
+    written = ("grades.csv", "totals.csv")
+    before = {name: (out / name).read_text() for name in written}
+
+    def broken(*_):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("grader.grading.similar_answers", broken)
+    report(out)
+    assert {name: (out / name).read_text() for name in written} == before
+    assert (
+        "Not compared: the answers could not be compared (RuntimeError: a bug)."
+        in (out / "report.html").read_text()
+    )
+    monkeypatch.undo()
+    report(out)  # as it was, for the tests after this one
+    assert "Not compared" not in (out / "report.html").read_text()
 
 
 @needs_sandbox

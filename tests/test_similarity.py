@@ -479,3 +479,12 @@ def test_folders_given_to_compare_with_that_cannot_be_read_stop_nothing(tmp_path
     (unreadable / "mem.py").symlink_to("/proc/self/mem")  # a file whose reading fails, even as root
     matches, notes = similar_answers(out, [junk, unreadable, tmp_path])  # tmp_path holds OUT itself
     assert matches == [] and notes == []
+
+
+def test_a_report_whose_answers_could_not_be_compared_says_why(tmp_path):
+    page = tmp_path / "report.html"
+    rows = [Result("ann", NOTEBOOK, 1.0, 2.0, "graded")]
+    write_class_report(page, rows, [], f"the answers could not be compared (ValueError: {HOSTILE})")
+    text = page.read_text()
+    assert "Not compared: the answers could not be compared (ValueError: &lt;script&gt;" in text
+    assert "No pair of answers was flagged" not in text

@@ -80,8 +80,9 @@ def tally(rows: list[Result]) -> dict[str, dict[str, CheckTally]]:
     return tallies
 
 
-def write_class_report(path: Path, rows: list[Result], matches: list[Match] = ()) -> None:
-    """The report of the class `rows` make; `matches`: its flagged pairs of similar answers."""
+def write_class_report(path: Path, rows: list[Result], matches: list[Match] = (), failure: str = "") -> None:
+    """The report of the class `rows` make; `matches`: its flagged pairs of similar answers, or
+    `failure`: why they could not be sought."""
     course = set(assignments())
     unmatched = [r for r in rows if r.notebook not in course]  # files refused before any notebook
     rows = [r for r in rows if r.notebook in course]
@@ -99,6 +100,7 @@ def write_class_report(path: Path, rows: list[Result], matches: list[Match] = ()
                 [r for r in rows if r.notebook == notebook],
                 tallies.get(notebook, {}),
                 [m for m in matches if m.notebook == notebook],
+                failure,
             )
         )
     if unmatched:
@@ -165,7 +167,9 @@ def _overview(rows: list[Result], notebooks: list[str]) -> str:
     return "".join(lines) + "</table>"
 
 
-def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally], matches: list[Match]) -> str:
+def _notebook(
+    notebook: str, rows: list[Result], checks: dict[str, CheckTally], matches: list[Match], failure: str
+) -> str:
     scores = [r.score for r in rows if r.score is not None]
     top = next((r.max_score for r in rows if r.max_score), 0.0)
     parts = [f"<section id='{_e(notebook)}'><h2>{_e(notebook)}</h2>"]
@@ -196,7 +200,7 @@ def _notebook(notebook: str, rows: list[Result], checks: dict[str, CheckTally], 
         parts.append("</table>")
         parts += [_check(name, checks[name]) for name in sorted(checks)]
     parts.append(_not_graded(rows))
-    parts.append(similar.section(notebook, matches))
+    parts.append(similar.section(notebook, matches, failure))
     return "".join(parts) + "</section>"
 
 

@@ -55,14 +55,16 @@ def write_csv(path: Path, matches: list[Match]) -> None:
     partial.rename(path)
 
 
-def section(notebook: str, matches: list[Match]) -> str:
-    """The notebook's similar answers, as a part of the class report."""
+def section(notebook: str, matches: list[Match], failure: str = "") -> str:
+    """The notebook's similar answers, as a part of the class report (or why none were sought)."""
     head = (
         f"<h3 id='similar-{_e(notebook)}'>Similar answers</h3><p class='advice'>Pairs that share what "
         f"the rest of the class does not write: at least {MIN_SHARE:.0%} of the smaller answer, given "
         "code left out (docs/similar-answers.md). A pair is a reason to look, not a finding: read both "
         "answers.</p>"
     )
+    if failure:
+        return head + f"<p class='none'>Not compared: {_e(failure)}.</p>"
     if not matches:
         return head + "<p class='none'>No pair of answers was flagged.</p>"
     rows = "".join(
