@@ -91,10 +91,10 @@ def _forget(args) -> int:
     """Remove students' (or one notebook's) outcomes from an output folder: the one destructive
     action, so it lists what it would remove and does so only with --yes."""
     from grader.grading import report
-    from grader.record.record import forget, forgettable
+    from grader.record.record import forget, forgettable, holds_a_class
 
     out = Path(args.out).resolve()
-    if not (out / "work" / "results").is_dir():
+    if not holds_a_class(out):
         raise SystemExit(f"{out} holds no graded class (no work/results/)")
     targets = [(w.partition("/")[0], w.partition("/")[2] or None) for w in args.what]
     found = {target: forgettable(out, *target) for target in targets}

@@ -54,6 +54,21 @@ def result_file(out: Path, student: str, notebook: str) -> Path:
     return out / "work" / "results" / student / f"{notebook}.json"
 
 
+def result_files(out: Path) -> list[Path]:
+    """Every outcome's file in the record, work/results/<student>/<nb>.json, in order."""
+    return sorted((out / "work" / "results").glob("*/*.json"))
+
+
+def holds_a_class(out: Path) -> bool:
+    """Whether `out` is an output folder something was graded into (it has work/results/)."""
+    return (out / "work" / "results").is_dir()
+
+
+def submitted_file(out: Path, student: str, notebook: str) -> Path:
+    """The notebook as nbgrader took it for grading, kept for OUT/course (work/runs/)."""
+    return out / "work" / "runs" / student / notebook / "submitted" / student / notebook / f"{notebook}.ipynb"
+
+
 def _result(saved: dict) -> Result:
     known = {f.name for f in fields(Result)}
     values = {k: v for k, v in saved.items() if k in known}
@@ -78,7 +93,7 @@ def recorded(out: Path) -> dict[str, tuple[Result, str]]:
     """Every outcome in the record, this run's and every earlier run's into `out`:
     student/notebook -> (the outcome, the hash of the file it graded)."""
     record = {}
-    for path in sorted((out / "work" / "results").glob("*/*.json")):
+    for path in result_files(out):
         saved = json.loads(path.read_text())
         record[f"{path.parent.name}/{path.stem}"] = (_result(saved), saved.get("submission_sha256", ""))
     return record
@@ -123,7 +138,7 @@ def store(out: Path, submission: "Submission", graded: "Graded", digest: str) ->
     if graded.feedback and result.status != "failed":
         _write(run / AUTOMATIC_PAGE, graded.feedback)
     if graded.submitted:
-        _write(run / "submitted" / student / notebook / f"{notebook}.ipynb", graded.submitted)
+        _write(submitted_file(out, student, notebook), graded.submitted)
         _write(run / "autograded" / student / notebook / f"{notebook}.ipynb", graded.autograded)
         _write(run / GRADES_FILE, json.dumps(graded.grades).encode())
     if graded.kernel_log:

@@ -12,7 +12,8 @@ docs/similar-answers.md says what is compared, how a pair is scored and what it 
 
 from pathlib import Path
 
-from grader.similarity.answers import class_answers, given_code, is_output_folder, source_files
+from grader.record.record import holds_a_class
+from grader.similarity.answers import class_answers, given_code, source_files
 from grader.similarity.fingerprints import Normalised
 from grader.similarity.matching import Match, find_matches
 
@@ -29,7 +30,7 @@ def similar_answers(out: Path, compare_with: list[Path] = ()) -> tuple[list[Matc
             continue
         if not folder.is_dir():
             notes.append(f"--compare-with {folder}: no longer a folder, not compared")
-        elif is_output_folder(folder):
+        elif holds_a_class(folder):
             answers += class_answers(folder, origin=str(folder))
         else:
             sources += source_files(folder, outside=out)

@@ -9,11 +9,13 @@ type counts as no source, files past a size limit are not read, and every line b
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from autograder.paths import NOTEBOOKS
+from grader.record.record import result_files, submitted_file
 
 MAX_FILE_BYTES = 8 * 2**20  # a submitted notebook (outputs dropped: tens of kB)
 MAX_SOURCE_BYTES = 2**20  # a source file (a published solution: tens of kB)
@@ -45,17 +47,24 @@ class Answer:
 
 
 @cache
+def _released(notebook: str) -> tuple[tuple[str, bool, str], ...]:
+    """The code cells of a notebook as students get it (the release's, read once)."""
+    return tuple(_code_cells(_read_notebook(NOTEBOOKS / notebook / f"{notebook}.ipynb") or {}))
+
+
 def answer_cells(notebook: str) -> dict[str, str]:
     """The answer cells of a notebook as students get it: grade id -> the code it gives (the stub)."""
-    cells = _code_cells(_read_notebook(NOTEBOOKS / notebook / f"{notebook}.ipynb") or {})
-    return {grade_id: source for grade_id, solution, source in cells if grade_id and solution}
+    return {grade_id: source for grade_id, solution, source in _released(notebook) if grade_id and solution}
 
 
-@cache
 def given_code(notebook: str) -> tuple[str, ...]:
     """The code the notebook gives students, cell by cell: its stubs and its given cells."""
-    cells = _code_cells(_read_notebook(NOTEBOOKS / notebook / f"{notebook}.ipynb") or {})
-    return tuple(source for _, _, source in cells)
+    return tuple(source for _, _, source in _released(notebook))
+
+
+def given_lines(cells: Sequence[str]) -> set[str]:
+    """The lines of given cells, stripped: a line of an answer that is one of them is given code."""
+    return {line.strip() for cell in cells for line in cell.split("\n")}
 
 
 def class_answers(out: Path, origin: str = "") -> list[Answer]:
@@ -65,8 +74,7 @@ def class_answers(out: Path, origin: str = "") -> list[Answer]:
     answers = []
     for student, notebook in _graded(out):
         cells = answer_cells(notebook)
-        run = out / "work" / "runs" / student / notebook
-        path = run / "submitted" / student / notebook / f"{notebook}.ipynb"
+        path = submitted_file(out, student, notebook)
         first = {}
         for grade_id, _, source in _code_cells(_read_notebook(path) or {}) if cells else ():
             if grade_id in cells and grade_id not in first:
@@ -84,7 +92,7 @@ def _graded(out: Path) -> list[tuple[str, str]]:
     the course. A folder given as an earlier class may hold anything: what is not such an outcome
     is passed over."""
     graded = []
-    for path in sorted((out / "work" / "results").glob("*/*.json")):
+    for path in result_files(out):
         try:
             saved = json.loads(path.read_bytes()) if path.stat().st_size < 2**20 else None
         except (OSError, ValueError):
@@ -93,10 +101,6 @@ def _graded(out: Path) -> list[tuple[str, str]]:
         if isinstance(saved, dict) and saved.get("status") in GRADED and (NOTEBOOKS / notebook).is_dir():
             graded.append((path.parent.name, notebook))
     return graded
-
-
-def is_output_folder(folder: Path) -> bool:
-    return (folder / "work" / "results").is_dir()
 
 
 def source_files(folder: Path, outside: Path) -> list[Answer]:

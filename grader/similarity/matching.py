@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grader.similarity.answers import Answer
+from grader.similarity.answers import Answer, given_lines
 from grader.similarity.fingerprints import Fingerprints, Normalised, fingerprints, given_runs
 
 # Set from a scan of generated classes (benchmarks/README.md, "Similar answers"), with K and
@@ -68,6 +68,7 @@ def find_matches(
     not sought."""
     normalised = normalised or Normalised()
     runs = {notebook: given_runs(cells) for notebook, cells in given.items()}
+    lines = {notebook: given_lines(cells) for notebook, cells in given.items()}
     none = np.zeros(0, np.int64)
     printed = [fingerprints(s.source, none, normalised) for s in sources]
     by_question = defaultdict(list)
@@ -78,8 +79,7 @@ def find_matches(
         if not any(a.in_this_class for a in group):
             continue
         prints = [fingerprints(a.source, runs.get(notebook, none), normalised) for a in group]
-        given_lines = {line.strip() for cell in given.get(notebook, ()) for line in cell.split("\n")}
-        matches += _question_matches(group + sources, prints + printed, given_lines)
+        matches += _question_matches(group + sources, prints + printed, lines.get(notebook, set()))
     return sorted(matches, key=lambda m: (m.notebook, -m.share, -m.evidence, m.a.owner, m.b.owner))
 
 

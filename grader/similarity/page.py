@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from autograder.printable import shown, shown_text
 from grader.grades import csv_cell
-from grader.similarity.answers import Answer, given_code
+from grader.similarity.answers import Answer, given_code, given_lines
 from grader.similarity.matching import MIN_SHARE, Match
 
 CSV_NAME = "similar-answers.csv"
@@ -88,7 +88,7 @@ pre span.shared { background: #ffe08a; } pre span.given { color: #999; } pre spa
 
 
 def _side_by_side(notebook: str, index: int, m: Match) -> str:
-    given = {line.strip() for cell in given_code(m.notebook) for line in cell.split("\n")}
+    given = given_lines(given_code(m.notebook))
     return (
         f"<details id='pair-{_e(notebook)}-{index}'><summary>{_e(m.question)}: {_e(m.a.owner)} and "
         f"{_e(m.b.owner)}, {m.share:.0%}</summary><table class='pair'><tr>"
