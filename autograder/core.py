@@ -187,20 +187,25 @@ class Verdict:
         return Verdict(self.check, self.passed, message, max_points, parts, self.finding)
 
     def record(self, hidden: bool) -> dict:
-        """What the record keeps of a verdict for the class report: points and findings as data
-        (the words are in the feedback page). A part passed where it has no finding."""
+        """The verdict as data: points and findings for the class report (a part passed where it
+        has no finding), and the words of each part (or of the whole, without parts) for the
+        grading platforms' tests (grader/platforms/); the record keeps no words (`without_words`)."""
         return {
             "check": self.check,
             "hidden": hidden,
+            "passed": self.passed,
             "points": self.points,
             "max_points": self.max_points,
             "finding": _asdict(self.finding),
+            "message": "" if self.parts else self.message,
             "parts": [
                 {
                     "concern": p.concern,
+                    "passed": p.passed,
                     "points": p.points,
                     "max_points": p.max_points,
                     "finding": _asdict(p.finding),
+                    "message": p.message,
                 }
                 for p in self.parts
             ],
@@ -211,6 +216,13 @@ class Verdict:
         separator = "\n" if self.parts else " "
         head = f"[{self.check}] {mark} ({_points(self.points)}/{_points(self.max_points)}):"
         return f"{head}{separator}{self.message}"
+
+
+def without_words(record: dict) -> dict:
+    """A verdict's record (`Verdict.record`) as the output folder keeps it: its data, not its words
+    (those are in the feedback page)."""
+    parts = [{k: v for k, v in part.items() if k != "message"} for part in record.get("parts", [])]
+    return {**{k: v for k, v in record.items() if k != "message"}, "parts": parts}
 
 
 def _points(value: float) -> str:

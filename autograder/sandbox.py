@@ -28,6 +28,7 @@ from traitlets import Bool, Integer, Unicode
 
 from . import cgroup
 from .exchange import ENV as EXCHANGE_ENV
+from .kernel_user import KernelUser
 from .paths import EXPECTED
 
 PACKAGE = Path(__file__).resolve().parent
@@ -61,7 +62,8 @@ def unavailable_reason() -> str | None:
         text=True,
     )
     if probe.returncode != 0:
-        return f"bubblewrap cannot create a sandbox here: {probe.stderr.strip()[:300]}"
+        said = probe.stderr.strip()[:300] or f"it ended with status {probe.returncode}, saying nothing"
+        return f"bubblewrap cannot create a sandbox here: {said}"
     return None
 
 
@@ -159,21 +161,28 @@ def write_font_list(folder: Path) -> Path | None:
     return path
 
 
-def bwrap_command(root: Path, threads: int, font_list: Path | None = None) -> list[str]:
-    """The bubblewrap prefix that runs a kernel whose only writable places are its root's folders;
-    with `font_list` (`write_font_list`) read-only where the kernel's matplotlib looks for it."""
-    root = root.resolve()
-    env = {
+def kernel_env(root: Path, threads: int, matplotlib_folder: str) -> dict[str, str]:
+    """The whole environment of a confined kernel (nothing of the grader's own): this package
+    importable from its folder, which holds nothing else a kernel can see."""
+    return {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "HOME": str(root / "home"),
         "LANG": "C.UTF-8",
-        "MPLCONFIGDIR": MPLCONFIGDIR,
+        "MPLCONFIGDIR": matplotlib_folder,
         "PYTHONNOUSERSITE": "1",
+        "PYTHONPATH": str(PACKAGE.parent),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MiB of address space per thread arena
         EXCHANGE_ENV: str(root / "exchange"),
     }
+
+
+def bwrap_command(root: Path, threads: int, font_list: Path | None = None) -> list[str]:
+    """The bubblewrap prefix that runs a kernel whose only writable places are its root's folders;
+    with `font_list` (`write_font_list`) read-only where the kernel's matplotlib looks for it."""
+    root = root.resolve()
+    env = kernel_env(root, threads, MPLCONFIGDIR)
     args = [shutil.which("bwrap") or "bwrap", *_isolation(), *_readonly_system(), *_readonly_python()]
     if font_list is not None:
         args += ["--ro-bind", str(font_list), f"{MPLCONFIGDIR}/{font_list.name}"]
@@ -194,7 +203,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     The connection uses Unix sockets in root/kernel (TCP cannot cross the sandbox's network
     namespace), and interrupts are sent as messages (a signal to bubblewrap would stop it).
     With `sandboxed=False` the kernel runs unconfined but keeps the limits and the exchange,
-    for machines without bubblewrap when the instructor asks for it explicitly.
+    for machines without bubblewrap when the instructor asks for it explicitly; with a
+    `kernel_user` as well, it runs as that unprivileged user (kernel_user.py), as on the grading
+    platforms whose containers deny bubblewrap.
     """
 
     root = Unicode(help="The kernel's own folder; created by the grader.").tag(config=True)
@@ -214,6 +225,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     log_file = Unicode(help="Where the kernel process's own stdout and stderr go.").tag(config=True)
     font_list = Unicode(
         "", help="matplotlib's list of fonts for the kernel (write_font_list; none: its own)."
+    ).tag(config=True)
+    kernel_user = Unicode(
+        "", help="Unsandboxed: the unprivileged user the kernel runs as (kernel_user.py; none: the grader's)."
     ).tag(config=True)
 
     def __init__(self, **kwargs):
@@ -243,18 +257,25 @@ class SandboxedKernelManager(AsyncKernelManager):
         return command
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        if not self.sandboxed:
-            kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(Path(self.root) / "exchange")}
-            kw["cwd"] = str(Path(self.root) / "home")
-        log = open(self.log_file or os.devnull, "ab")  # noqa: SIM115 (Popen inherits it; closed below)
+        root = Path(self.root)
         limits = [
             (resource.RLIMIT_AS, self.memory_bytes),
             (resource.RLIMIT_CPU, self.cpu_seconds),
             (resource.RLIMIT_FSIZE, self.file_bytes),
             (resource.RLIMIT_CORE, 0),
         ]
+        user = None
+        if not self.sandboxed:
+            kw["cwd"] = str(root / "home")
+            kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(root / "exchange")}
+        if not self.sandboxed and self.kernel_user:  # nothing of the grader's environment, as in bubblewrap
+            user = KernelUser.named(self.kernel_user)
+            user.hand_over(root, Path(self.connection_file))
+            kw["env"] = kernel_env(root, self.threads, str(root / "home" / ".matplotlib"))
+            limits.append((resource.RLIMIT_NPROC, self.processes))  # the user's processes: the kernel's
+        log = open(self.log_file or os.devnull, "ab")  # noqa: SIM115 (Popen inherits it; closed below)
         group = self._group = self._new_process_group()
-        kw.update(stdout=log, stderr=log, preexec_fn=lambda: _enter(group, limits))
+        kw.update(stdout=log, stderr=log, preexec_fn=lambda: _enter(group, limits, user))
         try:
             await super()._async_launch_kernel(kernel_cmd, **kw)
         finally:
@@ -283,6 +304,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Kill whatever the kernel left running (children, detached or not) and report what its
         group's limits stopped. Safe to call again; without a group, bubblewrap's own process
         namespace ends them when the kernel goes."""
+        if self.kernel_user and not self.sandboxed and not KernelUser.named(self.kernel_user).kill_all():
+            self.log.warning("[course] some processes of the kernel's user outlived being killed")
         group, self._group = self._group, None
         if group is None:
             return
@@ -296,9 +319,12 @@ class SandboxedKernelManager(AsyncKernelManager):
             self.log.warning("[course] the sandbox's process group could not be removed yet: %s", error)
 
 
-def _enter(group: cgroup.ProcessGroup | None, limits) -> None:
-    """In the kernel's process, before it starts: join its group, then take its rlimits."""
+def _enter(group: cgroup.ProcessGroup | None, limits, user: KernelUser | None) -> None:
+    """In the kernel's process, before it starts: join its group, take its rlimits, then become
+    its user, if it has one."""
     if group is not None:
         group.join()
     for which, value in limits:
         resource.setrlimit(which, (value, value))
+    if user is not None:
+        user.become()

@@ -32,11 +32,44 @@ def _build(args) -> int:
 
 
 def _release(args) -> int:
+    if args.gradescope or args.prairielearn:
+        return _release_platform(args)
     from grader.release import release
 
     written = release(Path(args.out))
     print(f"wrote {len(written)} files to {args.out}: the student notebooks, the checks package and its")
     print("wheel, environment.yml, requirements.txt and a README for students (no solutions or hidden cases)")
+    return 0
+
+
+def _release_platform(args) -> int:
+    from grader.platforms import bundle
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
+    notebooks = bundle.known(args.notebook or [])
+    settings = {
+        "show_hidden": args.show_hidden,
+        "cell_timeout": args.cell_timeout,
+        "notebook_timeout": args.notebook_timeout,
+        "memory_gib": args.memory_gib,
+    }
+    if args.gradescope:
+        written = bundle.write_gradescope(
+            out / "gradescope" if args.prairielearn else out, notebooks, settings
+        )
+        print(
+            f"wrote {len(written)} autograder.zip for Gradescope ({', '.join(notebooks)}): upload each to its"
+        )
+        print("assignment (docs/platforms.md); they hold the solutions: never give them to students")
+    if args.prairielearn:
+        target = out / "prairielearn" if args.gradescope else out
+        bundle.write_prairielearn(target, notebooks, settings, args.prairielearn)
+        print(
+            f"wrote {target / 'image'}/ (build and push the grader image {args.prairielearn}) and a question"
+        )
+        print(f"per notebook in {target / 'questions'}/ (docs/platforms.md); never give them to students")
     return 0
 
 
@@ -157,8 +190,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignments", nargs="*", help="rebuild only these (e.g. 01_attention); default: all")
     p.set_defaults(func=_build)
 
-    p = sub.add_parser("release", help="write what students get into a new folder (no solutions)")
+    p = sub.add_parser(
+        "release",
+        help="write what students get into a new folder (no solutions), or the platforms' autograders",
+    )
     p.add_argument("out", help="a new or empty folder")
+    p.add_argument(
+        "--gradescope",
+        action="store_true",
+        help="write an autograder.zip per notebook for Gradescope (holds the solutions: docs/platforms.md)",
+    )
+    p.add_argument(
+        "--prairielearn",
+        metavar="IMAGE",
+        help="write PrairieLearn's grader image (to be pushed as IMAGE, e.g. me/course-grader) and questions",
+    )
+    p.add_argument(
+        "--notebook", nargs="+", help="with --gradescope/--prairielearn: only these (default: all)"
+    )
+    p.add_argument(
+        "--show-hidden",
+        action="store_true",
+        help="students see the hidden checks' verdicts at submission (default: once you publish the grades)",
+    )
+    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell, on the platform")
+    p.add_argument(
+        "--notebook-timeout",
+        type=int,
+        default=480,
+        help="seconds per notebook, on the platform (set its own limit a few minutes above)",
+    )
+    p.add_argument("--memory-gib", type=float, default=3, help="the kernel's address space, on the platform")
     p.set_defaults(func=_release)
 
     p = sub.add_parser("grade", help="grade a folder or zip of submissions")

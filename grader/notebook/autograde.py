@@ -31,6 +31,7 @@ from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
 from autograder.cells import grade_id
+from autograder.core import without_words
 from autograder.paths import SOLUTIONS
 from autograder.printable import shown, shown_json, shown_lines, shown_text
 from autograder.sandbox import write_font_list
@@ -50,7 +51,8 @@ class Limits:
     output_bytes: int = 4 * 2**20  # output kept per notebook; the rest is dropped while it runs
     memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS), and its sandbox's memory
     processes: int = 256  # processes and threads of one sandbox, together
-    sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox)
+    sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox), or on a platform
+    kernel_user: str = ""  # unsandboxed: the unprivileged user the kernel runs as (grader/platforms/)
 
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
@@ -89,6 +91,8 @@ class Graded:
     autograded: bytes = b""  # the notebook as graded, its outputs cleaned: OUT/course/autograded
     grades: dict = field(default_factory=dict)  # nbgrader's automatic grades and comments, per cell
     kernel_log: bytes = b""  # the start of what the sandboxed kernel process printed
+    # Each test's verdict with its words (core.Verdict.record), for a platform's tests (grader/platforms/)
+    verdicts: tuple[dict, ...] = ()
     retry: bool = False  # the grader's own failure (a worker died or hung): grade it again next run
 
 
@@ -276,6 +280,7 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
             "processes": limits.processes,
             "batch_group": worker.get("group", ""),
             "font_list": worker.get("font_list", ""),
+            "kernel_user": limits.kernel_user,
         },
         Canonicalize={
             "release_directory": str(template / "release"),
@@ -431,8 +436,9 @@ class Worker:
             log += f"\n[course] no feedback page was written:\n{feedback.get('error') or feedback.get('log')}"
         reasons = run / "reasons.json"
         reason = "; ".join(json.loads(reasons.read_text())) if reasons.exists() else ""
-        verdicts = run / "verdicts.json"
-        checks = tuple(json.loads(verdicts.read_text())) if verdicts.exists() else ()
+        verdicts_file = run / "verdicts.json"
+        verdicts = tuple(json.loads(verdicts_file.read_text())) if verdicts_file.exists() else ()
+        checks = tuple(without_words(v) for v in verdicts)
         status = "needs_manual_grading" if manual else "graded"
         return Graded(
             Result(student, assignment, score, max_score, status, reason, checks=checks),
@@ -442,6 +448,7 @@ class Worker:
             autograded=_read(run / "autograded" / student / assignment / f"{assignment}.ipynb"),
             grades=grades,
             kernel_log=kernel_log,
+            verdicts=verdicts,
         )
 
 
@@ -449,8 +456,8 @@ def escaped(graded: Graded) -> Graded:
     """What grading gave, each text in it that a kernel or a submission could have written escaped as
     `printable.shown` does (line breaks kept): the log (errors, verdicts, tracebacks quote the student),
     the kernel's own output, the reason, the stored notebooks (as JSON escapes: the same
-    notebooks) and the feedback page. Nothing the batch writes or prints from it can then move a
-    terminal's cursor, retitle its window, write its clipboard or reorder a line."""
+    notebooks), the feedback page and the verdicts' words. Nothing the batch writes or prints from
+    it can then move a terminal's cursor, retitle its window, write its clipboard or reorder a line."""
     kernel_log = graded.kernel_log.decode("utf-8", "surrogateescape")  # its bytes that are not text: \xNN
     return replace(
         graded,
@@ -460,7 +467,14 @@ def escaped(graded: Graded) -> Graded:
         submitted=shown_json(graded.submitted.decode()).encode(),
         autograded=shown_json(graded.autograded.decode()).encode(),
         feedback=shown_text(graded.feedback.decode()).encode(),  # made of the cleaned notebook: a backstop
+        verdicts=tuple(_shown_words(v) for v in graded.verdicts),
     )
+
+
+def _shown_words(verdict: dict) -> dict:
+    """A verdict's record (core.Verdict.record) with its words escaped as the log's are."""
+    parts = [{**part, "message": shown_lines(part["message"])} for part in verdict["parts"]]
+    return {**verdict, "message": shown_lines(verdict["message"]), "parts": parts}
 
 
 def _read(path: Path) -> bytes:

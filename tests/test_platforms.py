@@ -1,0 +1,231 @@
+"""Gradescope's autograder and PrairieLearn's external grader, run as those platforms run them.
+
+No network reaches either service: each is simulated from its documented contract
+(tests/helpers/platform_root.py). The bundle that `course release --gradescope` writes is unzipped
+where Gradescope puts it, its setup.sh builds the image as root, and each submission is graded by
+run_autograder in a fresh copy of that image, as root; the same for PrairieLearn's image and job
+layout. A perfect, a blank, a buggy and a hostile notebook (it tries to read the hidden material,
+to write results.json, and leaves a process behind to write it later) are graded there, under
+bubblewrap and, where the container denies bubblewrap, as the kernel's own user; each results.json
+must hold to the documented schema and give the score `course grade` gives the same notebook.
+"""
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import nbformat
+import pytest
+
+from grader.cli import main
+
+from .helpers.machine import needs_sandbox
+from .helpers.platform_root import Image
+from .helpers.platform_schemas import GRADESCOPE, MAX_PRAIRIELEARN_BYTES, PRAIRIELEARN
+from .helpers.submissions import perfect, release, solution_sources, with_answer
+
+pytestmark = [
+    pytest.mark.batches,
+    needs_sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the platforms grade as root: the simulation needs root"),
+]
+
+NOTEBOOK = "07_rmsnorm"  # the quickest notebook to grade (6 points, partial credit per check)
+ANSWER = "rmsnorm"
+NORM = "return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)"
+SECRETS = [  # what the kernel must not read or write, on either platform
+    "/autograder/source/platform.json",
+    "/autograder/source/course/solutions/07_rmsnorm/cases.py",
+    "/opt/course/cache",
+    "/opt/course/image/course/solutions/07_rmsnorm/cases.py",
+    "/autograder/results/results.json",
+    "/grade/results/results.json",
+]
+# A correct answer that gives itself away if any secret was reached (its norm is then wrong), and that
+# leaves a process to forge results.json once the kernel has gone.
+HOSTILE = f"""import os, subprocess, sys
+
+def _reached(path):
+    try:
+        if path.endswith("results.json"):
+            with open(path, "w") as forged:
+                forged.write('{{"score": 1000}}')
+        elif os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path).read()
+        return True
+    except OSError:
+        return False
+
+_HONEST = 0.0 if any(_reached(p) for p in {SECRETS!r}) else 1.0
+_LATER = '''import os, sys, time
+open("/tmp/started", "w").close()
+while os.path.exists(f"/proc/{{sys.argv[1]}}"):  # until the kernel is gone, then a while longer
+    time.sleep(0.1)
+time.sleep(2)
+for path in {SECRETS[4:]!r} + ["/tmp/outlived"]:
+    try:
+        open(path, "w").write("forged")
+    except OSError:
+        pass
+'''
+subprocess.Popen([sys.executable, "-c", _LATER, str(os.getpid())], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+"""
+
+
+def submissions() -> dict[str, nbformat.NotebookNode]:
+    reference = solution_sources(NOTEBOOK)[ANSWER]
+    buggy = reference.replace(NORM, NORM.replace(".mean(", ".sum("))
+    hostile = HOSTILE + reference.replace(NORM, NORM.replace("return x *", "return _HONEST * x *"))
+    assert buggy != reference and NORM not in hostile
+    return {
+        "perfect": perfect(NOTEBOOK),
+        "blank": release(NOTEBOOK),
+        "buggy": with_answer(perfect(NOTEBOOK), ANSWER, buggy),
+        "hostile": with_answer(perfect(NOTEBOOK), ANSWER, hostile),
+    }
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundles")
+    assert (
+        main(["release", "--gradescope", "--prairielearn", "me/grader", str(out), "--notebook", NOTEBOOK])
+        == 0
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_scores(bundles, tmp_path_factory):
+    """What `course grade` gives each notebook, with the cases' seed of the Gradescope bundle."""
+    source, out = tmp_path_factory.mktemp("class"), tmp_path_factory.mktemp("graded")
+    for student, notebook in submissions().items():
+        (source / student).mkdir()
+        nbformat.write(notebook, source / student / f"{NOTEBOOK}.ipynb")
+    with zipfile.ZipFile(bundles / "gradescope" / NOTEBOOK / "autograder.zip") as archive:
+        seed = json.loads(archive.read("platform.json"))["seed"]
+    (out / "work").mkdir()
+    (out / "work" / "case_seed").write_text(str(seed))
+    assert main(["grade", str(source), "--out", str(out), "--jobs", "2"]) == 0
+    rows = (out / "grades.csv").read_text().splitlines()[1:]
+    return {row.split(",")[0]: float(row.split(",")[3]) for row in rows}
+
+
+@pytest.fixture(scope="module")
+def gradescope(bundles, tmp_path_factory):
+    """Gradescope's image: the zip unpacked into /autograder/source, setup.sh run as root, and
+    run_autograder copied to /autograder/run_autograder, as its image build does."""
+    unpacked = tmp_path_factory.mktemp("source")
+    with zipfile.ZipFile(bundles / "gradescope" / NOTEBOOK / "autograder.zip") as archive:
+        names = set(archive.namelist())
+        assert {"setup.sh", "run_autograder", "platform.json"} <= names  # at the zip's root
+        archive.extractall(unpacked)
+        mode = archive.getinfo("run_autograder").external_attr >> 16
+    assert mode & 0o111, "run_autograder must be executable"
+    (unpacked / "run_autograder").chmod(0o755)
+    build = (
+        "bash /autograder/source/setup.sh && cp /autograder/source/run_autograder /autograder/run_autograder"
+        " && mkdir -p /autograder/submission /autograder/results"
+    )
+    return Image.build(
+        tmp_path_factory.mktemp("gradescope") / "image", {"/autograder/source": unpacked}, build
+    )
+
+
+def run_autograder(image: Image, container: Path, notebook, *, bwrap_denied: bool) -> tuple[dict, str]:
+    """One submission graded in a fresh container; (results.json, what the container showed after)."""
+    submission = image.root / "autograder" / "submission"
+    for old in submission.iterdir():
+        old.unlink()
+    nbformat.write(notebook, submission / "my homework.ipynb")  # the intake recognises it by its cells
+    before = "sha256sum /autograder/results/results.json"
+    command = (
+        f"cd /autograder && /autograder/run_autograder > /autograder/results/stdout; {before}; sleep 4; "
+        f"{before}; ls /tmp/started /tmp/outlived 2>&1; "
+        "pgrep -u course-kernel || echo 'no process of course-kernel'"
+    )
+    done = image.run(container, command, bwrap_denied=bwrap_denied)
+    assert done.returncode == 0, done.stderr
+    return json.loads((container / "autograder" / "results" / "results.json").read_text()), done.stdout
+
+
+@pytest.mark.parametrize("bwrap_denied", [False, True], ids=["bubblewrap", "kernel-user"])
+def test_gradescope_results_match_the_local_grader(gradescope, local_scores, tmp_path, bwrap_denied):
+    for student, notebook in submissions().items():
+        if bwrap_denied and student == "blank":  # nothing of the student's runs: the same either way
+            continue
+        results, shown = run_autograder(gradescope, tmp_path / student, notebook, bwrap_denied=bwrap_denied)
+        jsonschema.validate(results, GRADESCOPE)
+        assert results["score"] == local_scores[student], (student, results["output"])
+        assert sum(t["score"] for t in results["tests"]) == results["score"], student
+        assert sum(t["max_score"] for t in results["tests"]) == 6.0, student
+        hidden = [t for t in results["tests"] if "(hidden cases)" in t["name"]]
+        assert hidden and all(t["visibility"] == "after_published" for t in hidden), student
+        assert all(t["visibility"] == "visible" for t in results["tests"] if t not in hidden), student
+        isolation = "user course-kernel" if bwrap_denied else "bubblewrap"
+        assert isolation in results["output"], results["output"]
+        checksums = [line for line in shown.splitlines() if line.endswith("results.json")]
+        assert len(checksums) == 2 and checksums[0] == checksums[1], shown  # nothing wrote it afterwards
+        assert "cannot access '/tmp/outlived'" in shown and "no process of course-kernel" in shown, shown
+        failed = [t for t in results["tests"] if t["status"] == "failed"]
+        assert bool(failed) == (student in ("blank", "buggy")), student
+        assert all(t["score"] < t["max_score"] and t["output"] for t in failed), (
+            failed
+        )  # with the verdict's words
+        if bwrap_denied and student == "hostile":  # its process started (in the container's own /tmp)
+            assert "cannot access '/tmp/started'" not in shown, shown
+    assert local_scores["perfect"] == 6.0 and local_scores["hostile"] == 6.0  # it reached nothing
+    assert local_scores["blank"] == 0.0 and 0.0 <= local_scores["buggy"] < 6.0
+
+
+def test_gradescope_tells_what_came_and_grades_nothing_else(gradescope, tmp_path):
+    results, _ = run_autograder(gradescope, tmp_path / "other", perfect("04_rope"), bwrap_denied=True)
+    jsonschema.validate(results, GRADESCOPE)
+    assert results["score"] == 0 and results["tests"] == []
+    assert f"None of the files submitted is the notebook {NOTEBOOK}" in results["output"]
+    assert "(04_rope): not graded" in results["output"], results["output"]
+
+
+@pytest.fixture(scope="module")
+def prairielearn(bundles, tmp_path_factory):
+    """PrairieLearn's grader image, built as its Dockerfile says: the folder in /opt/course/image,
+    setup.sh run as root."""
+    folder = bundles / "prairielearn"
+    dockerfile = (folder / "image" / "Dockerfile").read_text()
+    assert "COPY . /opt/course/image" in dockerfile and "bash /opt/course/image/setup.sh" in dockerfile
+    build = "chmod +x /opt/course/image/run_prairielearn && bash /opt/course/image/setup.sh"
+    root = tmp_path_factory.mktemp("prairielearn") / "image"
+    return Image.build(root, {"/opt/course/image": folder / "image"}, build), folder
+
+
+@pytest.mark.parametrize("student", ["hostile", "nothing"])
+def test_prairielearn_job(prairielearn, local_scores, tmp_path, student):
+    image, folder = prairielearn
+    info = json.loads((folder / "questions" / NOTEBOOK / "info.json").read_text())
+    options = info["externalGradingOptions"]
+    job = image.root / "grade"
+    (job / "student").mkdir(parents=True, exist_ok=True)
+    for old in (job / "student").iterdir():
+        old.unlink()
+    if student != "nothing":
+        nbformat.write(submissions()[student], job / "student" / f"{NOTEBOOK}.ipynb")
+    environment = " ".join(f"{k}={v}" for k, v in options["environment"].items())
+    done = image.run(tmp_path / "job", f"env {environment} {options['entrypoint']}", bwrap_denied=True)
+    assert done.returncode == 0, done.stderr  # PrairieLearn reads results.json only after exit 0
+    written = tmp_path / "job" / "grade" / "results" / "results.json"
+    assert written.stat().st_size < MAX_PRAIRIELEARN_BYTES
+    results = json.loads(written.read_text())
+    jsonschema.validate(results, PRAIRIELEARN)
+    if student == "nothing":
+        assert results["gradable"] is False and "Nothing was submitted" in results["message"]
+        return
+    assert results["score"] == local_scores[student] / 6.0
+    assert sum(t["points"] for t in results["tests"]) == local_scores[student]
+    hidden = [t for t in results["tests"] if "(hidden cases)" in t["name"]]
+    assert hidden and all(t["output"].startswith("(") for t in hidden)  # kept back: no hidden verdict
