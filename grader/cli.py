@@ -55,21 +55,30 @@ def _release_platform(args) -> int:
         "notebook_timeout": args.notebook_timeout,
         "memory_gib": args.memory_gib,
     }
+    gradescope = out / "gradescope" if args.prairielearn else out
+    prairielearn = out / "prairielearn" if args.gradescope else out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:  # all of it, or nothing
+        staged = Path(tmp) / "out"
+        if args.gradescope:
+            bundle.write_gradescope(staged / gradescope.relative_to(out), notebooks, settings)
+        if args.prairielearn:
+            bundle.write_prairielearn(
+                staged / prairielearn.relative_to(out), notebooks, settings, args.prairielearn
+            )
+        if out.exists():
+            out.rmdir()
+        staged.rename(out)
     if args.gradescope:
-        written = bundle.write_gradescope(
-            out / "gradescope" if args.prairielearn else out, notebooks, settings
-        )
+        print(f"wrote {gradescope}/<notebook>/autograder.zip for Gradescope ({', '.join(notebooks)}): upload")
         print(
-            f"wrote {len(written)} autograder.zip for Gradescope ({', '.join(notebooks)}): upload each to its"
+            "each to its assignment (docs/platforms.md); they hold the solutions: never give them to students"
         )
-        print("assignment (docs/platforms.md); they hold the solutions: never give them to students")
     if args.prairielearn:
-        target = out / "prairielearn" if args.gradescope else out
-        bundle.write_prairielearn(target, notebooks, settings, args.prairielearn)
         print(
-            f"wrote {target / 'image'}/ (build and push the grader image {args.prairielearn}) and a question"
+            f"wrote {prairielearn / 'image'}/ (build and push it as {args.prairielearn}) and a question per"
         )
-        print(f"per notebook in {target / 'questions'}/ (docs/platforms.md); never give them to students")
+        print(f"notebook in {prairielearn / 'questions'}/ (docs/platforms.md); never give them to students")
     return 0
 
 

@@ -4,8 +4,10 @@ sees it. The same forms, from real runs in simulated containers: tests/test_plat
 import json
 
 import jsonschema
+import pytest
 
 from autograder.core import Part, Verdict
+from grader.cli import main
 from grader.grades import Result
 from grader.notebook.autograde import Graded, escaped
 from grader.platforms import results
@@ -91,3 +93,13 @@ def test_a_long_verdict_is_cut():
     graded = Graded(Result("s", "07_rmsnorm", 0.0, 2.0, "graded"), "", verdicts=(long.record(False),))
     (test,) = results.tests(Outcome("07_rmsnorm", "bubblewrap", graded, "f.ipynb"))
     assert len(test.output) < 21_000 and test.output.endswith("[... cut]")
+
+
+def test_release_refuses_an_unknown_notebook_and_a_folder_in_use(tmp_path):
+    with pytest.raises(SystemExit, match="no notebook 99_nothing in this course"):
+        main(["release", "--gradescope", str(tmp_path / "new"), "--notebook", "99_nothing"])
+    (tmp_path / "used" / "kept.txt").parent.mkdir()
+    (tmp_path / "used" / "kept.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not a new or empty folder"):
+        main(["release", "--prairielearn", "me/grader", str(tmp_path / "used")])
+    assert [p.name for p in (tmp_path / "used").iterdir()] == ["kept.txt"]

@@ -65,12 +65,13 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     paths = GRADESCOPE if command == "gradescope" else PRAIRIELEARN
-    settings = read_settings(Path(argv[1]))
     try:
+        settings = read_settings(Path(argv[1]))
+        if not settings.notebook:
+            raise ValueError(f"no notebook to grade: the question sets none in {NOTEBOOK_VARIABLE}")
         outcome, seconds = grade(settings, paths["submission"], paths["results"])
     except Exception:  # the grader's own failure: said, and the platform's attempt is not scored as work
-        details = traceback.format_exc()
-        print(details)
+        print(traceback.format_exc())
         message = "The grader failed on this submission (not your code's fault): tell your instructor."
         paths["results"].mkdir(parents=True, exist_ok=True)
         if command == "gradescope":
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
             )
         else:
             write(paths["results"], {"gradable": False, "message": message})
-        return 0 if command == "prairielearn" else 1  # PrairieLearn reads results only after exit 0
+        return 0  # PrairieLearn reads results.json only after exit 0; Gradescope shows it either way
     if outcome.graded is not None:  # escaped by the worker, as a batch's logs are
         print(outcome.graded.log)
         if outcome.graded.kernel_log:
