@@ -12,6 +12,7 @@ must hold to the documented schema and give the score `course grade` gives the s
 
 import json
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -35,17 +36,20 @@ pytestmark = [
 NOTEBOOK = "07_rmsnorm"  # the quickest notebook to grade (6 points, partial credit per check)
 ANSWER = "rmsnorm"
 NORM = "return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)"
-SECRETS = [  # what the kernel must not read or write, on either platform
-    "/autograder/source/platform.json",
+SERVED = "/grade/serverFilesCourse/transformer_internals"
+UNREADABLE = [  # what the kernel must not read, on either platform
+    "/autograder/source/platform.json",  # the cases' seed
     "/autograder/source/course/solutions/07_rmsnorm/cases.py",
-    "/opt/course/cache",
-    "/opt/course/image/course/solutions/07_rmsnorm/cases.py",
-    "/autograder/results/results.json",
-    "/grade/results/results.json",
+    "/autograder/submission_metadata.json",  # earlier submissions' results, hidden verdicts included
+    "/opt/course/cache",  # the nbgrader course
+    f"{SERVED}/platform.json",
+    f"{SERVED}/course/solutions/07_rmsnorm/cases.py",
+    "/grade/data/data.json",
 ]
-# A correct answer that gives itself away if any secret was reached (its norm is then wrong), and that
-# leaves a process to forge results.json once the kernel has gone.
-HOSTILE = f"""import os, subprocess, sys
+RESULTS = ["/autograder/results/results.json", "/grade/results/results.json"]  # nor write
+# A correct answer that gives itself away (its norm is then wrong) if any secret was reached or its
+# process did not start: a process left to forge results.json once the kernel has gone.
+HOSTILE = f"""import os, subprocess, sys, time
 
 def _reached(path):
     try:
@@ -60,13 +64,13 @@ def _reached(path):
     except OSError:
         return False
 
-_HONEST = 0.0 if any(_reached(p) for p in {SECRETS!r}) else 1.0
+_HONEST = 0.0 if any(_reached(p) for p in {UNREADABLE + RESULTS!r}) else 1.0
 _LATER = '''import os, sys, time
 open("/tmp/started", "w").close()
 while os.path.exists(f"/proc/{{sys.argv[1]}}"):  # until the kernel is gone, then a while longer
     time.sleep(0.1)
 time.sleep(2)
-for path in {SECRETS[4:]!r} + ["/tmp/outlived"]:
+for path in {RESULTS!r} + ["/tmp/outlived"]:
     try:
         open(path, "w").write("forged")
     except OSError:
@@ -74,6 +78,12 @@ for path in {SECRETS[4:]!r} + ["/tmp/outlived"]:
 '''
 subprocess.Popen([sys.executable, "-c", _LATER, str(os.getpid())], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(200):  # it started (else this answer gives itself away too)
+    if os.path.exists("/tmp/started"):
+        break
+    time.sleep(0.05)
+else:
+    _HONEST = 0.0
 
 """
 
@@ -132,6 +142,8 @@ def gradescope(bundles, tmp_path_factory):
     build = (
         "bash /autograder/source/setup.sh && cp /autograder/source/run_autograder /autograder/run_autograder"
         " && mkdir -p /autograder/submission /autograder/results"
+        # as Gradescope writes it, readable by all
+        " && echo '{\"previous_submissions\": []}' > /autograder/submission_metadata.json"
     )
     return Image.build(
         tmp_path_factory.mktemp("gradescope") / "image", {"/autograder/source": unpacked}, build
@@ -147,7 +159,7 @@ def run_autograder(image: Image, container: Path, notebook, *, bwrap_denied: boo
     before = "sha256sum /autograder/results/results.json"
     command = (
         f"cd /autograder && /autograder/run_autograder > /autograder/results/stdout; {before}; sleep 4; "
-        f"{before}; ls /tmp/started /tmp/outlived 2>&1; "
+        f"{before}; ls /tmp/outlived 2>&1; "
         "pgrep -u course-kernel || echo 'no process of course-kernel'"
     )
     done = image.run(container, command, bwrap_denied=bwrap_denied)
@@ -175,11 +187,10 @@ def test_gradescope_results_match_the_local_grader(gradescope, local_scores, tmp
         assert "cannot access '/tmp/outlived'" in shown and "no process of course-kernel" in shown, shown
         failed = [t for t in results["tests"] if t["status"] == "failed"]
         assert bool(failed) == (student in ("blank", "buggy")), student
-        assert all(t["score"] < t["max_score"] and t["output"] for t in failed), (
+        # each with the verdict's words; an advice part (no points) may fail too
+        assert all(t["output"] and (t["score"] < t["max_score"] or not t["max_score"]) for t in failed), (
             failed
-        )  # with the verdict's words
-        if bwrap_denied and student == "hostile":  # its process started (in the container's own /tmp)
-            assert "cannot access '/tmp/started'" not in shown, shown
+        )
     assert local_scores["perfect"] == 6.0 and local_scores["hostile"] == 6.0  # it reached nothing
     assert local_scores["blank"] == 0.0 and 0.0 <= local_scores["buggy"] < 6.0
 
@@ -195,8 +206,9 @@ def test_gradescope_tells_what_came_and_grades_nothing_else(gradescope, tmp_path
 @pytest.fixture(scope="module")
 def prairielearn(bundles, tmp_path_factory):
     """PrairieLearn's grader image, built as its Dockerfile says: the folder in /opt/course/image,
-    setup.sh run as root."""
+    setup.sh run as root. It holds no solutions: Docker Hub may show it to anyone."""
     folder = bundles / "prairielearn"
+    assert not list((folder / "image").rglob("solutions")) and not list((folder / "image").rglob("*.ipynb"))
     dockerfile = (folder / "image" / "Dockerfile").read_text()
     assert "COPY . /opt/course/image" in dockerfile and "bash /opt/course/image/setup.sh" in dockerfile
     build = "chmod +x /opt/course/image/run_prairielearn && bash /opt/course/image/setup.sh"
@@ -210,9 +222,12 @@ def test_prairielearn_job(prairielearn, local_scores, tmp_path, student):
     info = json.loads((folder / "questions" / NOTEBOOK / "info.json").read_text())
     options = info["externalGradingOptions"]
     job = image.root / "grade"
-    (job / "student").mkdir(parents=True, exist_ok=True)
-    for old in (job / "student").iterdir():
-        old.unlink()
+    shutil.rmtree(job, ignore_errors=True)
+    (job / "student").mkdir(parents=True)
+    for served in options["serverFilesCourse"]:  # what PrairieLearn copies from the course's repository
+        shutil.copytree(folder / "serverFilesCourse" / served, job / "serverFilesCourse" / served)
+    (job / "data").mkdir()
+    (job / "data" / "data.json").write_text('{"params": {}}')
     if student != "nothing":
         nbformat.write(submissions()[student], job / "student" / f"{NOTEBOOK}.ipynb")
     environment = " ".join(f"{k}={v}" for k, v in options["environment"].items())

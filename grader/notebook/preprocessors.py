@@ -519,7 +519,9 @@ class Canonicalize(Preprocessor):
                 following[gid] = []
             else:
                 if gid is not None:
-                    self.log.warning("[course] cell %s is not part of this notebook: kept, not graded", gid)
+                    self.log.warning(  # the id is the student's: one line, whatever it holds
+                        "[course] cell %s is not part of this notebook: kept, not graded", shown(str(gid))
+                    )
                 cell.metadata.pop("nbgrader", None)  # e.g. the {} DeduplicateIds leaves on a copy
                 following[anchor].append(cell)
         if [g for g in order if g in mine] != list(mine):

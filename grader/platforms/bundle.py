@@ -5,12 +5,17 @@
         platform.json               the notebook, the cases' seed, what students see, the limits
         course/                     the grader: autograder/, grader/, solutions/, course.toml, the pins
 
-    OUT/image/                      PrairieLearn's grader image: Dockerfile, setup.sh, run_prairielearn,
-                                    platform.json, course/ (one image for every notebook)
-    OUT/questions/<notebook>/       a question per notebook: info.json (the image, and the notebook
-                                    it grades) and question.html (the upload)
+    OUT/image/                      PrairieLearn's grader image, one for every notebook: Dockerfile,
+                                    setup.sh, run_prairielearn and the pins; no solutions (Docker Hub
+                                    may show it to anyone)
+    OUT/serverFilesCourse/transformer_internals/
+                                    the grader and platform.json, which each job brings from the
+                                    course's own (private) repository
+    OUT/questions/<notebook>/       a question per notebook: info.json (the image, the course's
+                                    folder, the notebook it grades) and question.html (the upload)
 
-Both hold the solutions and the hidden cases: they go to the platform, never to students.
+The zips and serverFilesCourse/ hold the solutions and the hidden cases: they go to the platform,
+never to students.
 """
 
 import json
@@ -31,6 +36,7 @@ SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 EXECUTABLE = 0o755
 # PrairieLearn's longest job (600 s): the notebook's limit, with time for the kernel's start
 PRAIRIELEARN_TIMEOUT = 600
+SERVED = "transformer_internals"  # the course's folder in serverFilesCourse/ (run_prairielearn reads it)
 
 
 def write_gradescope(out: Path, notebooks: list[str], settings: dict) -> list[Path]:
@@ -56,14 +62,18 @@ def write_gradescope(out: Path, notebooks: list[str], settings: dict) -> list[Pa
 
 
 def write_prairielearn(out: Path, notebooks: list[str], settings: dict, image: str) -> list[Path]:
-    """The grader image's folder and one question per notebook; returns the files written."""
+    """The grader image's folder (the environment only), the course for serverFilesCourse/ and one
+    question per notebook; returns the files written."""
     folder = out / "image"
-    copy_course(folder / "course")
+    (folder / "course").mkdir(parents=True)
+    shutil.copyfile(REPO / "requirements.lock", folder / "course" / "requirements.lock")
     for name in ("Dockerfile", "setup.sh", "run_prairielearn"):
         shutil.copyfile(SCRIPTS / name, folder / name)
     (folder / "run_prairielearn").chmod(EXECUTABLE)
+    served = out / "serverFilesCourse" / SERVED
+    copy_course(served / "course")
     chosen = Settings(notebook="", seed=new_seed(), **settings)  # the notebook: each question's
-    (folder / "platform.json").write_text(json.dumps(asdict(chosen), indent=1))
+    (served / "platform.json").write_text(json.dumps(asdict(chosen), indent=1))
     for notebook in notebooks:
         question = out / "questions" / notebook
         question.mkdir(parents=True)
@@ -94,6 +104,7 @@ def question_info(notebook: str, image: str) -> dict:
         "externalGradingOptions": {
             "image": image,
             "entrypoint": "/opt/course/image/run_prairielearn",
+            "serverFilesCourse": [f"{SERVED}/"],
             "timeout": PRAIRIELEARN_TIMEOUT,
             "environment": {"COURSE_NOTEBOOK": notebook},
         },

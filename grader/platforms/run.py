@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from grader import leave_out
@@ -24,9 +24,51 @@ from grader.notebook.autograde import prepare_template
 from grader.platforms import results
 from grader.platforms.submission import Outcome, Settings, grade_submission
 
-GRADESCOPE = {"submission": Path("/autograder/submission"), "results": Path("/autograder/results")}
-PRAIRIELEARN = {"submission": Path("/grade/student"), "results": Path("/grade/results")}
+
+@dataclass(frozen=True)
+class Platform:
+    submission: Path  # the student's files
+    results: Path  # where results.json goes
+    private: tuple[Path, ...]  # the platform's files that the kernel's user must not read
+
+
+GRADESCOPE = Platform(
+    Path("/autograder/submission"),
+    Path("/autograder/results"),
+    # submission_metadata.json holds the earlier submissions' results, hidden verdicts included
+    (Path("/autograder/submission"), Path("/autograder/submission_metadata.json")),
+)
+PRAIRIELEARN = Platform(
+    Path("/grade/student"),
+    Path("/grade/results"),
+    (Path("/grade/student"), Path("/grade/data"), Path("/grade/tests"), Path("/grade/serverFilesCourse")),
+)
 NOTEBOOK_VARIABLE = "COURSE_NOTEBOOK"  # PrairieLearn: each question's info.json sets it
+
+
+def lock(bundle: Path, private: tuple[Path, ...]) -> None:
+    """Make the platform's files and the bundle (the course's source, solutions, settings) root's
+    alone, but for the checks package the kernel imports (course/autograder/: what students have),
+    and the folders on the way to it, which the kernel's user may go through."""
+    for path in [*private, bundle]:
+        _chmod_all(path, lambda mode: mode & 0o700)
+    package = bundle / "course" / "autograder"
+    for folder in [package.parent, *package.parent.parents]:
+        folder.chmod(folder.stat().st_mode & 0o7777 | 0o111)
+    (bundle / "course").chmod(0o755)  # read, as a folder of the kernel's sys.path is
+    _chmod_all(package, lambda mode: mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
+def _chmod_all(path: Path, change) -> None:
+    """chmod `path` and all below it to change(mode), never through a link."""
+    if not path.exists() or path.is_symlink():
+        return
+    for top, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            inside = Path(top, name)
+            if not inside.is_symlink():
+                inside.chmod(change(inside.stat().st_mode & 0o7777))
+    path.chmod(change(path.stat().st_mode & 0o7777))
 
 
 def read_settings(path: Path) -> Settings:
@@ -36,23 +78,34 @@ def read_settings(path: Path) -> Settings:
     return Settings(**{f.name: given[f.name] for f in fields(Settings) if f.name in given})
 
 
-def grade(settings: Settings, submission: Path, results_folder: Path) -> tuple[Outcome, float]:
+def grade(settings: Settings, platform: Platform) -> tuple[Outcome, float]:
     """Grade the submission; (what came of it, seconds). Never raises for the student's files."""
-    results_folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(results_folder, 0o700)  # root's: the kernel's user can neither read nor write it
+    platform.results.mkdir(parents=True, exist_ok=True)
+    os.chmod(platform.results, 0o700)  # root's: the kernel's user can neither read nor write it
     start = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="course-") as work,
         tempfile.TemporaryDirectory(prefix="course-kernels-") as scratch,
     ):
-        outcome = grade_submission(submission, settings, Path(work), Path(scratch))
+        outcome = grade_submission(platform.submission, settings, Path(work), Path(scratch))
     return outcome, time.monotonic() - start
 
 
-def write(results_folder: Path, data: dict) -> None:
+def write(results_folder: Path, data: dict, fallback: dict) -> None:
+    """results.json, whole or not at all; `fallback` (a few bytes) where the disk has no room for it."""
     partial = results_folder / "results.json.partial"
-    partial.write_text(json.dumps(data, indent=1, ensure_ascii=False))
+    try:
+        partial.write_text(json.dumps(data, indent=1, ensure_ascii=False))
+    except OSError:
+        partial.write_text(json.dumps(fallback))
     partial.rename(results_folder / "results.json")
+
+
+FAILED = "The grader failed on this submission (not your code's fault): tell your instructor."
+FAILURE = {
+    "gradescope": {"score": 0, "output": FAILED, "stdout_visibility": "hidden", "tests": []},
+    "prairielearn": {"gradable": False, "message": FAILED},
+}
 
 
 def main(argv: list[str]) -> int:
@@ -64,31 +117,28 @@ def main(argv: list[str]) -> int:
     if command not in ("gradescope", "prairielearn") or len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    paths = GRADESCOPE if command == "gradescope" else PRAIRIELEARN
+    platform = GRADESCOPE if command == "gradescope" else PRAIRIELEARN
+    settings_file = Path(argv[1])
     try:
-        settings = read_settings(Path(argv[1]))
+        lock(settings_file.parent, platform.private)
+        settings = read_settings(settings_file)
         if not settings.notebook:
             raise ValueError(f"no notebook to grade: the question sets none in {NOTEBOOK_VARIABLE}")
-        outcome, seconds = grade(settings, paths["submission"], paths["results"])
+        outcome, seconds = grade(settings, platform)
     except Exception:  # the grader's own failure: said, and the platform's attempt is not scored as work
         print(traceback.format_exc())
-        message = "The grader failed on this submission (not your code's fault): tell your instructor."
-        paths["results"].mkdir(parents=True, exist_ok=True)
-        if command == "gradescope":
-            write(
-                paths["results"], {"score": 0, "output": message, "stdout_visibility": "hidden", "tests": []}
-            )
-        else:
-            write(paths["results"], {"gradable": False, "message": message})
+        platform.results.mkdir(parents=True, exist_ok=True)
+        write(platform.results, FAILURE[command], FAILURE[command])
         return 0  # PrairieLearn reads results.json only after exit 0; Gradescope shows it either way
     if outcome.graded is not None:  # escaped by the worker, as a batch's logs are
         print(outcome.graded.log)
-        if outcome.graded.kernel_log:
-            print("The kernel's own output:", outcome.graded.kernel_log.decode(), sep="\n")
+        if printed := outcome.graded.kernel_log.decode():  # marked: it is the student's, not the grader's
+            print("The kernel's own output:", *(f"| {line}" for line in printed.splitlines()), sep="\n")
     if command == "gradescope":
-        write(paths["results"], results.gradescope(outcome, settings.show_hidden, seconds))
+        data = results.gradescope(outcome, settings.show_hidden, seconds)
     else:
-        write(paths["results"], results.prairielearn(outcome, settings.show_hidden))
+        data = results.prairielearn(outcome, settings.show_hidden)
+    write(platform.results, data, FAILURE[command])
     return 0
 
 

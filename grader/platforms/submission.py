@@ -20,6 +20,7 @@ from grader.notebook.autograde import Graded, Limits, NotebookTask, Worker, prep
 
 KERNEL_USER = "course-kernel"  # made by setup.sh (grader/templates/platforms/)
 STUDENT = "student"  # the platform knows who; the grade stays with its submission
+SHARED_FOLDERS = ["/tmp", "/var/tmp", "/dev/shm"]  # where the kernel's user may leave files behind
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
     )
     outcome.graded = worker.grade(task, start_next=False)
     if limits.kernel_user:  # the worker killed them at the kernel's end; once more before any result
-        KernelUser.named(limits.kernel_user).kill_all()
+        user = KernelUser.named(limits.kernel_user)
+        user.kill_all()
+        user.remove_files(SHARED_FOLDERS)
     return outcome
 
 

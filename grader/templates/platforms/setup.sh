@@ -5,8 +5,6 @@
 #   /opt/course/venv     Python 3.11 with the course's pinned packages, CPU PyTorch (readable by all)
 #   /opt/course/cache    the nbgrader course every submission is graded in (root's alone)
 #   course-kernel        the unprivileged user a kernel runs as where bubblewrap cannot run
-# and leaves the course's source readable by root alone, but for its checks package (autograder/,
-# which students have anyway), which the kernel imports.
 set -euo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 COURSE="$BUNDLE/course"
@@ -44,10 +42,9 @@ id -u "$KERNEL_USER" >/dev/null 2>&1 \
 
 mkdir -p "$CACHE"
 chmod 700 "$CACHE"
-# The nbgrader course, generated now rather than for every submission (8 s).
-XDG_CACHE_HOME="$CACHE" PYTHONPATH="$COURSE" "$VENV/bin/python" -m grader.platforms.run prepare
-
-chmod -R go-rwx "$BUNDLE"
-chmod 755 "$BUNDLE" "$COURSE"
-chmod -R a+rX "$COURSE/autograder"
+if [ -d "$COURSE/solutions" ]; then  # Gradescope's; PrairieLearn's jobs bring the course (serverFilesCourse)
+    # The nbgrader course, generated now rather than for every submission (8 s).
+    XDG_CACHE_HOME="$CACHE" PYTHONPATH="$COURSE" "$VENV/bin/python" -m grader.platforms.run prepare
+fi
+# Each run makes the course root's alone but for its checks package (grader/platforms/run.py, lock).
 echo "setup.sh: the grader is installed"
