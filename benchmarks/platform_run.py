@@ -57,14 +57,14 @@ def on_gradescope(image: Image, folder: Path, notebook: str, bwrap_denied: bool)
         shutil.rmtree(submission)
         submission.mkdir()
         nbformat.write(perfect(notebook), submission / f"{notebook}.ipynb")
-        container = Path(tempfile.mkdtemp(dir=folder))
+        container = Path(tempfile.mkdtemp(dir=folder)) / "container"  # new: the image is copied there
         try:
             done = image.run(
                 container, "cd /autograder && /autograder/run_autograder", bwrap_denied=bwrap_denied
             )
             results = json.loads((container / "autograder" / "results" / "results.json").read_text())
         finally:
-            shutil.rmtree(container)
+            shutil.rmtree(container.parent)
         assert done.returncode == 0 and results["tests"], (done.stderr, results)
         assert all(t["score"] == t["max_score"] for t in results["tests"]), results
 
