@@ -1,22 +1,24 @@
 """A grading kernel run as an unprivileged user of its own, where bubblewrap cannot run.
 
 Gradescope and PrairieLearn grade each submission in a container as root, and some such containers
-deny the user namespaces bubblewrap needs. There the grader (root) runs the kernel as a user made for
-it (`useradd` in the platform's set-up: grader/platforms/), who owns only the kernel's writable
-folders and cannot read the course's source, the hidden material or the results, which are root's
-alone (mode 700). Its limits are the sandbox's rlimits, with RLIMIT_NPROC for the number of its
-processes (the user runs nothing else), and the container's out-of-memory killer takes its processes
-first; when the kernel ends, every process of the user is killed.
+deny the user namespaces bubblewrap needs. There the grader (root) runs the kernel as a user id
+drawn for the run (`KernelUser.drawn`: no account, no other process of the machine's has it, so its
+process limit is the kernel's own even where containers share the host's user ids), which owns only
+the kernel's writable folders and cannot read the course's source, the hidden material or the
+results, root's alone (grader/platforms/run.py makes them so). Its limits are the sandbox's rlimits,
+with RLIMIT_NPROC for the number of its processes; it gains no privileges again (no setuid program
+gives root back), the container's out-of-memory killer takes its processes first, and when the
+kernel ends every process of the user is killed and its files in the shared folders removed.
 
-Weaker than bubblewrap, and said so in docs/security.md: the kernel shares the container's network,
+Weaker than bubblewrap, and said so in docs/platforms.md: the kernel shares the container's network,
 /tmp and view of the processes, and reads whatever the container leaves readable by everyone.
 """
 
 import ctypes
 import os
-import pwd
+import secrets
 import shutil
-import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,42 +26,38 @@ from pathlib import Path
 PR_SET_NO_NEW_PRIVS = 38  # linux/prctl.h
 _libc = ctypes.CDLL(None, use_errno=True)
 KILL_PATIENCE_S = 10.0  # for the user's processes to go once killed (a fork bomb keeps forking)
-# The kernel's root (sandbox.LAYOUT): what the user owns, and what it may only read (the grader's)
-OWNED = ("home", "kernel", "exchange/results")
-READABLE = ("", "connection", "exchange", "exchange/cases")
+KILLER = ["/bin/sh", "-c", "kill -9 -1"]  # the shell's own kill: kill(-1, SIGKILL)
+# Drawn ids: above those of accounts and of the usual subordinate ranges (100000 + 65536 per user)
+FIRST_ID, IDS = 2**24, 2**30
 
 
 @dataclass(frozen=True)
 class KernelUser:
-    name: str
     uid: int
     gid: int
 
     @classmethod
-    def named(cls, name: str) -> "KernelUser":
-        """The user `name`; LookupError where there is none, or where it is root's own."""
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            raise LookupError(f"no user {name!r} to run the kernel as") from None
-        if entry.pw_uid == 0 or entry.pw_gid == 0:
-            raise LookupError(f"the user {name!r} has root's privileges: not a user to run a kernel as")
-        return cls(name, entry.pw_uid, entry.pw_gid)
+    def drawn(cls) -> "KernelUser":
+        """A user of the run's own, its group id the same number."""
+        return cls.of(FIRST_ID + secrets.randbelow(IDS))
 
-    def hand_over(self, root: Path, connection_file: Path) -> None:
-        """Give the user the kernel's writable folders and its connection file; the rest of the root
-        stays the grader's, which the user may go through and read but not change."""
-        for sub in READABLE:
+    @classmethod
+    def of(cls, number: int) -> "KernelUser":
+        return cls(number, number)
+
+    def hand_over(self, root: Path, owned: list[str], readable: list[str], connection_file: Path) -> None:
+        """Give the user the root's folders `owned` and the kernel's connection file; the folders
+        `readable` stay the grader's, which the user may go through and read but not change."""
+        for sub in readable:
             os.chmod(root / sub, 0o755)
-        for sub in OWNED:
+        for sub in owned:
             os.chown(root / sub, self.uid, self.gid)
             os.chmod(root / sub, 0o700)
         os.chown(connection_file, self.uid, self.gid)  # the kernel's key: written 600 by jupyter_client
 
     def become(self) -> None:
         """In the kernel's process, before it starts, once its rlimits are set: drop to the user,
-        for good (no setuid program of the container's gives root back). Its processes are the first
-        the container's out-of-memory killer takes, never the grader."""
+        for good. Its processes are the first the container's out-of-memory killer takes."""
         with open("/proc/self/oom_score_adj", "w") as adjust:
             adjust.write("1000")
         if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -74,14 +72,8 @@ class KernelUser:
         process whose first thread has ended reads as a zombie while its other threads run on."""
         deadline = time.monotonic() + KILL_PATIENCE_S
         while True:
-            pid = os.fork()
-            if pid == 0:  # as the user, kill(-1) reaches every process of the user's but this one
-                try:
-                    self.become()
-                    os.kill(-1, signal.SIGKILL)
-                finally:
-                    os._exit(0)
-            os.waitpid(pid, 0)
+            # As the user, kill(-1) reaches every process of the user's but the killer itself.
+            subprocess.run(KILLER, user=self.uid, group=self.gid, extra_groups=[], capture_output=True)
             if not self.processes():
                 return True
             if time.monotonic() > deadline:

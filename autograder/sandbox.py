@@ -171,6 +171,8 @@ def kernel_env(root: Path, threads: int, matplotlib_folder: str) -> dict[str, st
         "MPLCONFIGDIR": matplotlib_folder,
         "PYTHONNOUSERSITE": "1",
         "PYTHONPATH": str(PACKAGE.parent),
+        "USER": "student",  # the kernel's user has no account: getpass.getuser() reads this first
+        "LOGNAME": "student",
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MiB of address space per thread arena
@@ -204,7 +206,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     namespace), and interrupts are sent as messages (a signal to bubblewrap would stop it).
     With `sandboxed=False` the kernel runs unconfined but keeps the limits and the exchange,
     for machines without bubblewrap when the instructor asks for it explicitly; with a
-    `kernel_user` as well, it runs as that unprivileged user (kernel_user.py), as on the grading
+    `kernel_uid` as well, it runs as that unprivileged user (kernel_user.py), as on the grading
     platforms whose containers deny bubblewrap.
     """
 
@@ -226,8 +228,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     font_list = Unicode(
         "", help="matplotlib's list of fonts for the kernel (write_font_list; none: its own)."
     ).tag(config=True)
-    kernel_user = Unicode(
-        "", help="Unsandboxed: the unprivileged user the kernel runs as (kernel_user.py; none: the grader's)."
+    kernel_uid = Integer(
+        0, help="Unsandboxed: the unprivileged user id the kernel runs as (kernel_user.py; 0: the grader's)."
     ).tag(config=True)
 
     def __init__(self, **kwargs):
@@ -268,9 +270,11 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not self.sandboxed:
             kw["cwd"] = str(root / "home")
             kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(root / "exchange")}
-        if not self.sandboxed and self.kernel_user:  # nothing of the grader's environment, as in bubblewrap
-            user = KernelUser.named(self.kernel_user)
-            user.hand_over(root, Path(self.connection_file))
+        if not self.sandboxed and self.kernel_uid:  # nothing of the grader's environment, as in bubblewrap
+            user = KernelUser.of(self.kernel_uid)
+            owned = [sub for sub, access in LAYOUT.items() if access != "read-only"]
+            readable = ["", "exchange", *(sub for sub, access in LAYOUT.items() if access == "read-only")]
+            user.hand_over(root, owned, readable, Path(self.connection_file))
             kw["env"] = kernel_env(root, self.threads, str(root / "home" / ".matplotlib"))
             limits.append((resource.RLIMIT_NPROC, self.processes))  # the user's processes: the kernel's
         log = open(self.log_file or os.devnull, "ab")  # noqa: SIM115 (Popen inherits it; closed below)
@@ -304,7 +308,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Kill whatever the kernel left running (children, detached or not) and report what its
         group's limits stopped. Safe to call again; without a group, bubblewrap's own process
         namespace ends them when the kernel goes."""
-        if self.kernel_user and not self.sandboxed and not KernelUser.named(self.kernel_user).kill_all():
+        if self.kernel_uid and not self.sandboxed and not KernelUser.of(self.kernel_uid).kill_all():
             self.log.warning("[course] some processes of the kernel's user outlived being killed")
         group, self._group = self._group, None
         if group is None:

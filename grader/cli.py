@@ -31,9 +31,16 @@ def _build(args) -> int:
     return 1 if stale else 0
 
 
+PLATFORM_FLAGS = ("notebook", "show_hidden", "cell_timeout", "notebook_timeout", "memory_gib")
+
+
 def _release(args) -> int:
     if args.gradescope or args.prairielearn:
         return _release_platform(args)
+    if given := [f"--{name.replace('_', '-')}" for name in PLATFORM_FLAGS if getattr(args, name)]:
+        raise SystemExit(
+            f"{', '.join(given)}: only with --gradescope or --prairielearn (students get every notebook)"
+        )
     from grader.release import release
 
     written = release(Path(args.out))
@@ -44,17 +51,19 @@ def _release(args) -> int:
 
 def _release_platform(args) -> int:
     from grader.platforms import bundle
+    from grader.platforms.submission import Settings
 
-    out = Path(args.out)
+    out = Path(args.out).absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
     notebooks = bundle.known(args.notebook or [])
-    settings = {
-        "show_hidden": args.show_hidden,
-        "cell_timeout": args.cell_timeout,
-        "notebook_timeout": args.notebook_timeout,
-        "memory_gib": args.memory_gib,
-    }
+    given = {name: getattr(args, name) for name in PLATFORM_FLAGS[1:] if getattr(args, name) is not None}
+    settings = {"show_hidden": False, **given}  # the rest: Settings' defaults
+    longest = bundle.PRAIRIELEARN_TIMEOUT - bundle.KERNEL_START_S
+    if args.prairielearn and settings.get("notebook_timeout", Settings.notebook_timeout) > longest:
+        raise SystemExit(
+            f"--notebook-timeout: at most {longest} s with --prairielearn (its jobs end at 600 s)"
+        )
     gradescope = out / "gradescope" if args.prairielearn else out
     prairielearn = out / "prairielearn" if args.gradescope else out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -222,14 +231,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="students see the hidden checks' verdicts at submission (default: once you publish the grades)",
     )
-    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell, on the platform")
+    p.add_argument("--cell-timeout", type=int, help="seconds per cell, on the platform (default 120)")
     p.add_argument(
         "--notebook-timeout",
         type=int,
-        default=480,
-        help="seconds per notebook, on the platform (set its own limit a few minutes above)",
+        help="seconds per notebook, on the platform (default 480; set its own limit a few minutes above)",
     )
-    p.add_argument("--memory-gib", type=float, default=3, help="the kernel's address space, on the platform")
+    p.add_argument("--memory-gib", type=float, help="the kernel's address space, on the platform (default 3)")
     p.set_defaults(func=_release)
 
     p = sub.add_parser("grade", help="grade a folder or zip of submissions")

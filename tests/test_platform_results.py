@@ -103,3 +103,18 @@ def test_release_refuses_an_unknown_notebook_and_a_folder_in_use(tmp_path):
     with pytest.raises(SystemExit, match="not a new or empty folder"):
         main(["release", "--prairielearn", "me/grader", str(tmp_path / "used")])
     assert [p.name for p in (tmp_path / "used").iterdir()] == ["kept.txt"]
+
+
+def test_release_refuses_platform_flags_alone_and_a_timeout_prairielearn_would_cut(tmp_path):
+    with pytest.raises(SystemExit, match="--show-hidden: only with --gradescope or --prairielearn"):
+        main(["release", str(tmp_path / "students"), "--show-hidden"])
+    with pytest.raises(SystemExit, match="at most 540 s with --prairielearn"):
+        main(["release", "--prairielearn", "me/grader", str(tmp_path / "pl"), "--notebook-timeout", "590"])
+    assert not (tmp_path / "students").exists() and not (tmp_path / "pl").exists()
+
+
+def test_prairielearn_cannot_grade_a_notebook_worth_nothing():
+    nothing = Graded(Result("s", "07_rmsnorm", 0.0, 0.0, "graded"), "")
+    said = results.prairielearn(Outcome("07_rmsnorm", "bubblewrap", nothing, "f.ipynb"), show_hidden=False)
+    jsonschema.validate(said, PRAIRIELEARN)
+    assert said["gradable"] is False

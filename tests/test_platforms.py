@@ -25,7 +25,7 @@ from grader.cli import main
 from .helpers.machine import needs_sandbox
 from .helpers.platform_root import Image
 from .helpers.platform_schemas import GRADESCOPE, MAX_PRAIRIELEARN_BYTES, PRAIRIELEARN
-from .helpers.submissions import perfect, release, solution_sources, with_answer
+from .helpers.submissions import grade_id, perfect, release, solution_sources, with_answer
 
 pytestmark = [
     pytest.mark.batches,
@@ -69,14 +69,15 @@ _LATER = '''import os, sys, time
 open("/tmp/started", "w").close()
 while os.path.exists(f"/proc/{{sys.argv[1]}}"):  # until the kernel is gone, then a while longer
     time.sleep(0.1)
-time.sleep(2)
-for path in {RESULTS!r} + ["/tmp/outlived"]:
-    try:
-        open(path, "w").write("forged")
-    except OSError:
-        pass
+while True:  # and on, to be found if it is not killed
+    for path in {RESULTS!r} + ["/tmp/outlived"]:
+        try:
+            open(path, "w").write("forged")
+        except OSError:
+            pass
+    time.sleep(0.2)
 '''
-subprocess.Popen([sys.executable, "-c", _LATER, str(os.getpid())], start_new_session=True,
+subprocess.Popen([sys.executable, "-c", _LATER, str(os.getpid()), "course-leftover"], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 for _ in range(200):  # it started (else this answer gives itself away too)
     if os.path.exists("/tmp/started"):
@@ -90,13 +91,16 @@ else:
 
 def submissions() -> dict[str, nbformat.NotebookNode]:
     reference = solution_sources(NOTEBOOK)[ANSWER]
-    buggy = reference.replace(NORM, NORM.replace(".mean(", ".sum("))
+    buggy = reference.replace(NORM, NORM.replace(".mean(", ".sum("))  # and a locked test cell edited
     hostile = HOSTILE + reference.replace(NORM, NORM.replace("return x *", "return _HONEST * x *"))
     assert buggy != reference and NORM not in hostile
+    edited = with_answer(perfect(NOTEBOOK), ANSWER, buggy)
+    (test,) = [cell for cell in edited.cells if grade_id(cell) == "rmsnorm_norm_test"]
+    test.source += "\n# passed, surely"
     return {
         "perfect": perfect(NOTEBOOK),
         "blank": release(NOTEBOOK),
-        "buggy": with_answer(perfect(NOTEBOOK), ANSWER, buggy),
+        "buggy": edited,
         "hostile": with_answer(perfect(NOTEBOOK), ANSWER, hostile),
     }
 
@@ -150,17 +154,20 @@ def gradescope(bundles, tmp_path_factory):
     )
 
 
-def run_autograder(image: Image, container: Path, notebook, *, bwrap_denied: bool) -> tuple[dict, str]:
-    """One submission graded in a fresh container; (results.json, what the container showed after)."""
+def run_autograder(image: Image, container: Path, files, *, bwrap_denied: bool) -> tuple[dict, str]:
+    """One submission (a notebook, or files by name) graded in a fresh container; (results.json, what
+    the container showed after)."""
     submission = image.root / "autograder" / "submission"
     for old in submission.iterdir():
         old.unlink()
-    nbformat.write(notebook, submission / "my homework.ipynb")  # the intake recognises it by its cells
+    if isinstance(files, nbformat.NotebookNode):
+        files = {"my homework.ipynb": files}  # the intake recognises it by its cells
+    for name, notebook in files.items():
+        nbformat.write(notebook, submission / name)
     before = "sha256sum /autograder/results/results.json"
     command = (
         f"cd /autograder && /autograder/run_autograder > /autograder/results/stdout; {before}; sleep 4; "
-        f"{before}; ls /tmp/outlived 2>&1; "
-        "pgrep -u course-kernel || echo 'no process of course-kernel'"
+        f"{before}; ls /tmp/outlived 2>&1; pgrep -f 'course-leftove[r]'; echo \"pgrep: $?\""
     )
     done = image.run(container, command, bwrap_denied=bwrap_denied)
     assert done.returncode == 0, done.stderr
@@ -180,11 +187,13 @@ def test_gradescope_results_match_the_local_grader(gradescope, local_scores, tmp
         hidden = [t for t in results["tests"] if "(hidden cases)" in t["name"]]
         assert hidden and all(t["visibility"] == "after_published" for t in hidden), student
         assert all(t["visibility"] == "visible" for t in results["tests"] if t not in hidden), student
-        isolation = "user course-kernel" if bwrap_denied else "bubblewrap"
+        isolation = "an unprivileged user of its own" if bwrap_denied else "bubblewrap"
         assert isolation in results["output"], results["output"]
         checksums = [line for line in shown.splitlines() if line.endswith("results.json")]
         assert len(checksums) == 2 and checksums[0] == checksums[1], shown  # nothing wrote it afterwards
-        assert "cannot access '/tmp/outlived'" in shown and "no process of course-kernel" in shown, shown
+        assert "cannot access '/tmp/outlived'" in shown and "pgrep: 1" in shown, shown  # none left behind
+        restored = "cell rmsnorm_norm_test: source changed: restored" in results["output"]
+        assert restored == (student == "buggy"), results["output"]  # from the grader's log, as logged
         failed = [t for t in results["tests"] if t["status"] == "failed"]
         assert bool(failed) == (student in ("blank", "buggy")), student
         # each with the verdict's words; an advice part (no points) may fail too
@@ -195,12 +204,22 @@ def test_gradescope_results_match_the_local_grader(gradescope, local_scores, tmp
     assert local_scores["blank"] == 0.0 and 0.0 <= local_scores["buggy"] < 6.0
 
 
-def test_gradescope_tells_what_came_and_grades_nothing_else(gradescope, tmp_path):
-    results, _ = run_autograder(gradescope, tmp_path / "other", perfect("04_rope"), bwrap_denied=True)
+@pytest.mark.parametrize(
+    "files, said",
+    [
+        ({"rope.ipynb": perfect("04_rope")}, f"None of the files submitted is the notebook {NOTEBOOK}"),
+        ({"a.ipynb": perfect(NOTEBOOK), "b.ipynb": perfect(NOTEBOOK)}, "2 files submitted are the notebook"),
+        ({}, f"Nothing was submitted: upload your {NOTEBOOK}.ipynb"),
+    ],
+    ids=["another-notebook", "two-copies", "nothing"],
+)
+def test_gradescope_tells_what_came_and_grades_nothing_else(gradescope, tmp_path, files, said):
+    results, _ = run_autograder(gradescope, tmp_path / "other", files, bwrap_denied=True)
     jsonschema.validate(results, GRADESCOPE)
     assert results["score"] == 0 and results["tests"] == []
-    assert f"None of the files submitted is the notebook {NOTEBOOK}" in results["output"]
-    assert "(04_rope): not graded" in results["output"], results["output"]
+    assert said in results["output"], results["output"]
+    for name in files:
+        assert f"{name}" in results["output"], results["output"]  # each file, with why it was not graded
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +250,8 @@ def test_prairielearn_job(prairielearn, local_scores, tmp_path, student):
     if student != "nothing":
         nbformat.write(submissions()[student], job / "student" / f"{NOTEBOOK}.ipynb")
     environment = " ".join(f"{k}={v}" for k, v in options["environment"].items())
-    done = image.run(tmp_path / "job", f"env {environment} {options['entrypoint']}", bwrap_denied=True)
+    entrypoint = " ".join(options["entrypoint"])
+    done = image.run(tmp_path / "job", f"env {environment} {entrypoint}", bwrap_denied=True)
     assert done.returncode == 0, done.stderr  # PrairieLearn reads results.json only after exit 0
     written = tmp_path / "job" / "grade" / "results" / "results.json"
     assert written.stat().st_size < MAX_PRAIRIELEARN_BYTES

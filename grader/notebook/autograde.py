@@ -52,10 +52,11 @@ class Limits:
     memory_bytes: int = 4 * 2**30  # the kernel's address space (RLIMIT_AS), and its sandbox's memory
     processes: int = 256  # processes and threads of one sandbox, together
     sandboxed: bool = True  # False only when the instructor asks for it (--no-sandbox), or on a platform
-    kernel_user: str = ""  # unsandboxed: the unprivileged user the kernel runs as (grader/platforms/)
+    kernel_uid: int = 0  # unsandboxed: the unprivileged user id the kernel runs as (grader/platforms/)
 
 
 MAX_NOTEBOOK_BYTES = 512 * 2**20  # one notebook file (saved outputs included)
+GRADER_FAILED = "the grader could not process this notebook"  # its own fault, not the notebook's
 TEMPLATES_KEPT = 4  # generated templates kept in the user's cache (2.3 MB each)
 # In a template: the checks course.toml left out, and the grade ids of their cells by assignment
 LEFT_OUT = "left_out.json"
@@ -280,7 +281,7 @@ def grading_config(run: Path, template: Path, limits: Limits, seed: int, **worke
             "processes": limits.processes,
             "batch_group": worker.get("group", ""),
             "font_list": worker.get("font_list", ""),
-            "kernel_user": limits.kernel_user,
+            "kernel_uid": limits.kernel_uid,
         },
         Canonicalize={
             "release_directory": str(template / "release"),
@@ -376,7 +377,7 @@ class Worker:
         try:
             return escaped(self._autograde(task, run, start_next))
         except Exception as error:  # the batch goes on; the reason goes to the CSV, the details to the log
-            reason = f"the grader could not process this notebook ({type(error).__name__})"
+            reason = f"{GRADER_FAILED} ({type(error).__name__})"
             return escaped(Graded(failed(task.student, task.notebook, reason), traceback.format_exc()))
         finally:
             shutil.rmtree(run, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""What `course release --gradescope OUT` and `--prairielearn OUT` write.
+"""What `course release --gradescope OUT` and `course release --prairielearn IMAGE OUT` write (both
+flags: OUT/gradescope/ and OUT/prairielearn/).
 
     OUT/<notebook>/autograder.zip   Gradescope's "Upload Autograder", one per notebook:
         setup.sh, run_autograder    at the zip's root, as Gradescope requires
@@ -10,7 +11,7 @@
                                     may show it to anyone)
     OUT/serverFilesCourse/transformer_internals/
                                     the grader and platform.json, which each job brings from the
-                                    course's own (private) repository
+                                    course's own (private) repository (info.json names it)
     OUT/questions/<notebook>/       a question per notebook: info.json (the image, the course's
                                     folder, the notebook it grades) and question.html (the upload)
 
@@ -34,9 +35,10 @@ SCRIPTS = TEMPLATES / "platforms"
 COURSE_FILES = ["autograder", "grader", "solutions", "course.toml", "requirements.lock", "pyproject.toml"]
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 EXECUTABLE = 0o755
-# PrairieLearn's longest job (600 s): the notebook's limit, with time for the kernel's start
-PRAIRIELEARN_TIMEOUT = 600
-SERVED = "transformer_internals"  # the course's folder in serverFilesCourse/ (run_prairielearn reads it)
+PRAIRIELEARN_TIMEOUT = 600  # PrairieLearn's longest job, in seconds
+KERNEL_START_S = 60  # what a job needs besides the notebook's time: the nbgrader course, the kernel
+SERVED = "transformer_internals"  # the course's folder in serverFilesCourse/
+QUESTIONS = uuid.UUID("6f1b7d2e-55c4-4b8e-9a51-3c2f0e8d4a17")  # this course's questions' namespace
 
 
 def write_gradescope(out: Path, notebooks: list[str], settings: dict) -> list[Path]:
@@ -95,7 +97,7 @@ def copy_course(target: Path) -> None:
 
 def question_info(notebook: str, image: str) -> dict:
     return {
-        "uuid": str(uuid.uuid4()),
+        "uuid": str(uuid.uuid5(QUESTIONS, notebook)),  # the same question, release after release
         "title": f"Notebook {notebook}",
         "topic": "Transformer internals",
         "type": "v3",
@@ -103,7 +105,7 @@ def question_info(notebook: str, image: str) -> dict:
         "gradingMethod": "External",
         "externalGradingOptions": {
             "image": image,
-            "entrypoint": "/opt/course/image/run_prairielearn",
+            "entrypoint": ["/opt/course/image/run_prairielearn", f"/grade/serverFilesCourse/{SERVED}"],
             "serverFilesCourse": [f"{SERVED}/"],
             "timeout": PRAIRIELEARN_TIMEOUT,
             "environment": {"COURSE_NOTEBOOK": notebook},

@@ -132,13 +132,13 @@ def gradescope(outcome: Outcome, show_hidden: bool, seconds: float) -> dict:
 def prairielearn(outcome: Outcome, show_hidden: bool) -> dict:
     """PrairieLearn's results.json. It shows every test at once: without `show_hidden`, a hidden
     check's test gives its points but not its words."""
-    if outcome.graded is None:
-        said = summary(outcome, show_hidden, "prairielearn")
-        return {"gradable": False, "message": said, "format_errors": outcome.notes[:1]}
     points, out_of = score(outcome)
+    if outcome.graded is None or not out_of:  # nothing to grade (course.toml may leave every question out)
+        said = summary(outcome, show_hidden, "prairielearn")
+        return {"gradable": False, "message": said, "format_errors": outcome.notes[:1] or [said]}
     return {
         "gradable": True,
-        "score": points / out_of if out_of else 0.0,
+        "score": min(1.0, max(0.0, points / out_of)),
         "message": summary(outcome, show_hidden, "prairielearn"),
         "tests": [
             {

@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
         if not settings.notebook:
             raise ValueError(f"no notebook to grade: the question sets none in {NOTEBOOK_VARIABLE}")
         outcome, seconds = grade(settings, platform)
-    except Exception:  # the grader's own failure: said, and the platform's attempt is not scored as work
+    except (Exception, SystemExit):  # the grader's own failure: said, and the attempt not scored as work
         print(traceback.format_exc())
         platform.results.mkdir(parents=True, exist_ok=True)
         write(platform.results, FAILURE[command], FAILURE[command])

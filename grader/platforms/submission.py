@@ -1,8 +1,8 @@
 """One submission, graded where a platform runs it: the student's folder -> the graded notebook.
 
 The folder holds whatever the student uploaded. The intake reads it as one student's folder
-(inbox.find_submissions: plain files only, names that can be shown, zips unpacked with their
-bounds), and the notebook is recognised by its cells, whatever its name. The one notebook of the
+(inbox.find_submissions: plain files directly in it, names that can be shown), and the notebook is
+recognised by its cells, whatever its name. The one notebook of the
 platform's assignment is graded by a worker, as in a batch; every other file is listed with what
 became of it, so the student learns what was not graded and why.
 """
@@ -16,9 +16,8 @@ from autograder.kernel_user import KernelUser
 from autograder.sandbox import unavailable_reason
 from grader import leave_out
 from grader.intake.inbox import find_submissions
-from grader.notebook.autograde import Graded, Limits, NotebookTask, Worker, prepare_template
+from grader.notebook.autograde import GRADER_FAILED, Graded, Limits, NotebookTask, Worker, prepare_template
 
-KERNEL_USER = "course-kernel"  # made by setup.sh (grader/templates/platforms/)
 STUDENT = "student"  # the platform knows who; the grade stays with its submission
 SHARED_FOLDERS = ["/tmp", "/var/tmp", "/dev/shm"]  # where the kernel's user may leave files behind
 
@@ -44,31 +43,29 @@ class Outcome:
     notes: list[str] = field(default_factory=list)  # for the student: what was not graded, and why
 
 
-def isolation() -> tuple[Limits, str]:
-    """The strongest confinement this container allows: bubblewrap, else the kernel's own user;
-    RuntimeError where neither is there (the grader never runs a student's code as root)."""
+def isolation() -> tuple[Limits, str, str]:
+    """The strongest confinement this container allows: bubblewrap, else a user of the kernel's own;
+    its limits, what the student is told of it, and why bubblewrap could not run ("" where it could)."""
     why = unavailable_reason()
     if why is None:
-        return Limits(), "bubblewrap (the kernel's own namespaces, no network)"
-    try:
-        KernelUser.named(KERNEL_USER)
-    except LookupError as error:
-        raise RuntimeError(f"no sandbox: {why}; and {error}") from None
-    return Limits(sandboxed=False, kernel_user=KERNEL_USER), (
-        f"the unprivileged user {KERNEL_USER} (bubblewrap could not run here: {why})"
-    )
+        return Limits(), "bubblewrap (the kernel's own namespaces, no network)", ""
+    user = KernelUser.drawn()
+    said = "an unprivileged user of its own (this container does not let bubblewrap run)"
+    return Limits(sandboxed=False, kernel_uid=user.uid), said, why
 
 
 def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path) -> Outcome:
     """Grade the notebook of `settings.notebook` found in `folder`, working in `work` (new, root's
     alone: it holds the nbgrader course) with the kernel's folders in `scratch` (new)."""
-    base, confinement = isolation()
+    base, confinement, why = isolation()
+    if why:  # for the instructor: the run's standard output
+        print(f"[course] no bubblewrap here ({why}): the kernel runs as user {base.kernel_uid}")
     limits = Limits(
         cell_timeout=settings.cell_timeout,
         notebook_timeout=settings.notebook_timeout,
         memory_bytes=int(settings.memory_gib * 2**30),
         sandboxed=base.sandboxed,
-        kernel_user=base.kernel_user,
+        kernel_uid=base.kernel_uid,
     )
     outcome = Outcome(settings.notebook, confinement)
     intake = find_submissions(folder, work, frozenset({folder.name}))
@@ -78,7 +75,8 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
             what = f" ({file.notebook})" if file.notebook else ""
             outcome.notes.append(f"{file.path}{what}: not graded: {file.detail or file.outcome}")
     if not chosen:
-        outcome.notes.insert(0, _not_found(settings.notebook, bool(intake.files)))
+        copies = sum(file.notebook == settings.notebook for file in intake.files)
+        outcome.notes.insert(0, _not_found(settings.notebook, len(intake.files), copies))
         return outcome
     (submission,) = chosen  # the intake refuses two files of one notebook in one folder
     outcome.file = submission.origin
@@ -88,11 +86,15 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
     task = NotebookTask(
         STUDENT, settings.notebook, str(submission.path), settings.seed, limits, worker.solutions
     )
-    outcome.graded = worker.grade(task, start_next=False)
-    if limits.kernel_user:  # the worker killed them at the kernel's end; once more before any result
-        user = KernelUser.named(limits.kernel_user)
-        user.kill_all()
-        user.remove_files(SHARED_FOLDERS)
+    try:
+        outcome.graded = worker.grade(task, start_next=False)
+        if outcome.graded.result.reason.startswith(GRADER_FAILED):  # not the student's doing: no grade
+            raise RuntimeError(f"{outcome.graded.result.reason}:\n{outcome.graded.log}")
+    finally:  # the worker killed them at the kernel's end; once more before any result, whatever happened
+        if limits.kernel_uid:
+            user = KernelUser.of(limits.kernel_uid)
+            user.kill_all()
+            user.remove_files(SHARED_FOLDERS)
     return outcome
 
 
@@ -101,9 +103,14 @@ def new_seed() -> int:
     return secrets.randbits(31)
 
 
-def _not_found(notebook: str, any_file: bool) -> str:
-    if not any_file:
+def _not_found(notebook: str, files: int, copies: int) -> str:
+    if not files:
         return f"Nothing was submitted: upload your {notebook}.ipynb (the notebook file itself)."
+    if copies > 1:
+        return (
+            f"{copies} files submitted are the notebook {notebook}, so which to grade cannot be told and "
+            "none was graded (0 points): submit it once, as one file. The files that came:"
+        )
     return (
         f"None of the files submitted is the notebook {notebook}, so nothing was graded (0 points). "
         f"Upload {notebook}.ipynb as Jupyter saves it (File > Download in JupyterLab); the files "
