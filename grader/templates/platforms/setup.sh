@@ -37,7 +37,7 @@ mkdir -p "$CACHE"
 chmod 700 "$CACHE"
 if [ -d "$COURSE/solutions" ]; then  # Gradescope's; PrairieLearn's jobs bring the course (serverFilesCourse)
     # The nbgrader course, generated now rather than for every submission (8 s).
-    XDG_CACHE_HOME="$CACHE" PYTHONPATH="$COURSE" "$VENV/bin/python" -m grader.platforms.run prepare
+    XDG_CACHE_HOME="$CACHE" PYTHONPATH="$COURSE" "$VENV/bin/python" -P -m grader.platforms.run prepare
 fi
 # Each run makes the course root's alone but for its checks package (grader/platforms/run.py, lock).
 echo "setup.sh: the grader is installed"
