@@ -4,6 +4,7 @@ sees it. The same forms, from real runs in simulated containers: tests/test_plat
 import json
 
 import jsonschema
+import nbformat
 import pytest
 
 from autograder.core import Part, Verdict
@@ -11,9 +12,10 @@ from grader.cli import main
 from grader.grades import Result
 from grader.notebook.autograde import Graded, escaped
 from grader.platforms import results
-from grader.platforms.submission import Outcome
+from grader.platforms.submission import Outcome, Settings, grade_submission
 
 from .helpers.platform_schemas import GRADESCOPE, PRAIRIELEARN
+from .helpers.submissions import perfect
 
 HIDDEN_WORDS = "3 of 8 cases differ: case 'long rows' got 0.5, expected 0.25"
 LOG = "\n".join(
@@ -118,3 +120,20 @@ def test_prairielearn_cannot_grade_a_notebook_worth_nothing():
     said = results.prairielearn(Outcome("07_rmsnorm", "bubblewrap", nothing, "f.ipynb"), show_hidden=False)
     jsonschema.validate(said, PRAIRIELEARN)
     assert said["gradable"] is False
+
+
+def test_a_student_is_told_in_their_terms_why_a_file_was_not_graded(tmp_path):
+    upload = tmp_path / "submission"
+    (upload / "homework").mkdir(parents=True)
+    nbformat.write(perfect("07_rmsnorm"), upload / "homework" / "07_rmsnorm.ipynb")
+    (upload / "notes.txt").write_text("see the notebook")
+    settings = Settings(notebook="07_rmsnorm", seed=1)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "kernels").mkdir()
+    outcome = grade_submission(upload, settings, tmp_path / "work", tmp_path / "kernels")
+    assert outcome.graded is None
+    said = results.summary(outcome, hidden_shown=False, platform="gradescope")
+    assert "None of the files submitted is the notebook 07_rmsnorm" in said
+    assert "homework/07_rmsnorm.ipynb: not graded: it is inside a folder" in said, said
+    assert "Your code ran" not in said  # none did
+    assert "notes.txt: not graded: not a notebook" in said and "if it is submission's" not in said

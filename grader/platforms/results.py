@@ -99,7 +99,7 @@ def summary(outcome: Outcome, hidden_shown: bool, platform: str) -> str:
         if outcome.notes:
             lines.append("Files not graded:")
             lines += [f"  {shown(note)}" for note in outcome.notes]
-    lines.append(f"Your code ran confined by {outcome.isolation}.")
+        lines.append(f"Your code ran confined by {outcome.isolation}.")
     return "\n".join(lines)
 
 

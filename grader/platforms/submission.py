@@ -15,7 +15,7 @@ from pathlib import Path
 from autograder.kernel_user import KernelUser
 from autograder.sandbox import unavailable_reason
 from grader import leave_out
-from grader.intake.inbox import find_submissions
+from grader.intake.inbox import IntakeFile, find_submissions
 from grader.notebook.autograde import GRADER_FAILED, Graded, Limits, NotebookTask, Worker, prepare_template
 
 STUDENT = "student"  # the platform knows who; the grade stays with its submission
@@ -73,7 +73,7 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
     for file in intake.files:
         if not (file.outcome == "graded" and file.notebook == settings.notebook):
             what = f" ({file.notebook})" if file.notebook else ""
-            outcome.notes.append(f"{file.path}{what}: not graded: {file.detail or file.outcome}")
+            outcome.notes.append(f"{file.path}{what}: not graded: {_why(file)}")
     if not chosen:
         copies = sum(file.notebook == settings.notebook for file in intake.files)
         outcome.notes.insert(0, _not_found(settings.notebook, len(intake.files), copies))
@@ -101,6 +101,14 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
 def new_seed() -> int:
     """A bundle's seed for the cases (as a batch's OUT/work/case_seed)."""
     return secrets.randbits(31)
+
+
+def _why(file: IntakeFile) -> str:
+    """Why the intake did not take a file, in the student's terms: its words are the instructor's
+    (who collects a class's folders), but a platform's upload is the student's alone."""
+    if file.outcome == "refused" and "/" in file.path:
+        return "it is inside a folder: upload the notebook file itself, not a folder or an archive"
+    return file.detail or file.outcome
 
 
 def _not_found(notebook: str, files: int, copies: int) -> str:
