@@ -24,6 +24,10 @@ LOG = "\n".join(
         "[WARNING] [course] cell rmsnorm_test: source changed: restored",
         "[INFO] [course] [07.rmsnorm_norm] FAILED (0/4): " + HIDDEN_WORDS,  # a verdict: never in the summary
         "[WARNING] [course] test cell rmsnorm_hidden (#9): judging 07.rmsnorm_norm failed:\nTraceback ...",
+        # what the student's code printed in a hidden test cell: never shown at submission
+        "[WARNING] [course] test cell rmsnorm_hidden (#9) printed output of its own (ignored): "
+        "'x=0.25 was dropped'",
+        "[WARNING] [course] cell rmsnorm (#4): an output of type 'application/javascript' was dropped",
     ]
 )
 
@@ -59,7 +63,12 @@ def test_gradescope_keeps_hidden_verdicts_back_unless_told():
         (0.0, 0.5, "failed"),
     ]
     assert kept["score"] == 2.5 and kept["stdout_visibility"] == "hidden"
-    assert HIDDEN_WORDS not in kept["output"] and "judging" not in kept["output"]
+    assert (
+        HIDDEN_WORDS not in kept["output"]
+        and "judging" not in kept["output"]
+        and "x=0.25" not in kept["output"]
+    )
+    assert "cell rmsnorm (#4): an output of type 'application/javascript' was dropped" in kept["output"]
     assert "visible checks 2.5 of 3 points" in kept["output"]  # never the total: it counts the hidden ones
     assert "cell rmsnorm_test: source changed: restored" in kept["output"]
     assert "saved by Google Colab" in kept["output"] and "notes.txt: not graded" in kept["output"]

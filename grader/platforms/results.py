@@ -24,7 +24,8 @@ from grader.platforms.submission import Outcome
 # dropped, the sandbox's limits reached (never a verdict: those of hidden checks may be kept back).
 RESTORED = re.compile(
     r"^\[WARNING\] \[course\] ((locked )?cell \S+.*: restored|tracked cells were moved.*|"
-    r"cell \S+ is not part of this notebook.*|.*was dropped|output beyond .* dropped.*|"
+    r"cell \S+ is not part of this notebook.*|cell \S+ \(#\d+\): an output of type '[\w/.+-]+' was dropped|"
+    r"output beyond \d+ bytes dropped \(cell \d+\)|"
     r"the sandbox (refused|ran out of) .*)$"
 )
 READING = re.compile(r"^\[course\] (the file is not UTF-8.*|saved as nbformat.*|saved by Google Colab)$")
