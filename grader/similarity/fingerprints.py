@@ -136,11 +136,12 @@ class Normalised:
         entry = self.used.get(key) or self.kept.get(key)
         if _fits(entry, len(lines)):
             line_of, text = entry
+            raw = "\n".join(lines[n - 1] for n in line_of)
         else:
-            line_of = canonical_order(code)[1]
-            text = filtered("\n".join(lines[n - 1] for n in line_of))[0][:MAX_FILTERED]
+            raw, line_of = canonical_order(code)
+            text = filtered(raw)[0][:MAX_FILTERED]
         self.used[key] = [line_of, text]
-        return "\n".join(lines[n - 1] for n in line_of), line_of, text
+        return raw, line_of, text
 
     def save(self) -> None:
         if self.path:

@@ -132,7 +132,7 @@ def _canonical(run: list[_Facts]) -> list[ast.stmt]:
     keys = [facts.shape for facts in run]
     for _ in range(ROUNDS):
         keys = [
-            (keys[i], sorted(keys[j] for j in after[i]), sorted(keys[j] for j in before[i])).__repr__()
+            repr((keys[i], sorted(keys[j] for j in after[i]), sorted(keys[j] for j in before[i])))
             for i in range(len(run))
         ]
     placed: list[int] = []
