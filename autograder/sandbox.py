@@ -269,14 +269,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         user = None
         if not self.sandboxed:
             kw["cwd"] = str(root / "home")
-            kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(root / "exchange")}
-        if not self.sandboxed and self.kernel_uid:  # nothing of the grader's environment, as in bubblewrap
-            user = KernelUser.of(self.kernel_uid)
-            owned = [sub for sub, access in LAYOUT.items() if access != "read-only"]
-            readable = ["", "exchange", *(sub for sub, access in LAYOUT.items() if access == "read-only")]
-            user.hand_over(root, owned, readable, Path(self.connection_file))
-            kw["env"] = kernel_env(root, self.threads, str(root / "home" / ".matplotlib"))
-            limits.append((resource.RLIMIT_NPROC, self.processes))  # the user's processes: the kernel's
+            if self.kernel_uid:  # nothing of the grader's environment, as in bubblewrap
+                user = KernelUser.of(self.kernel_uid)
+                owned = [sub for sub, access in LAYOUT.items() if access != "read-only"]
+                readable = ["", "exchange", *(sub for sub, access in LAYOUT.items() if access == "read-only")]
+                user.hand_over(root, owned, readable, Path(self.connection_file))
+                kw["env"] = kernel_env(root, self.threads, str(root / "home" / ".matplotlib"))
+                limits.append((resource.RLIMIT_NPROC, self.processes))  # the user's processes: the kernel's
+            else:
+                kw["env"] = {**kw.get("env", os.environ), EXCHANGE_ENV: str(root / "exchange")}
         log = open(self.log_file or os.devnull, "ab")  # noqa: SIM115 (Popen inherits it; closed below)
         group = self._group = self._new_process_group()
         kw.update(stdout=log, stderr=log, preexec_fn=lambda: _enter(group, limits, user))

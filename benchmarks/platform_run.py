@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import nbformat
@@ -32,19 +31,11 @@ from tests.helpers.submissions import perfect  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "platform_run_cpu.json"
 DEFAULT = ["00_warmup", "04_rope", "07_rmsnorm"]
-BUILD = (
-    "bash /autograder/source/setup.sh && cp /autograder/source/run_autograder /autograder/run_autograder"
-    " && mkdir -p /autograder/submission /autograder/results"
-)
 
 
 def gradescope_image(folder: Path) -> Image:
     course(["release", "--gradescope", str(folder / "bundle"), "--notebook", DEFAULT[0]])
-    source = folder / "source"
-    with zipfile.ZipFile(folder / "bundle" / DEFAULT[0] / "autograder.zip") as archive:
-        archive.extractall(source)
-    (source / "run_autograder").chmod(0o755)
-    return Image.build(folder / "image", {"/autograder/source": source}, BUILD)
+    return Image.gradescope(folder / "image", folder / "bundle" / DEFAULT[0] / "autograder.zip")
 
 
 def on_gradescope(image: Image, folder: Path, notebook: str, bwrap_denied: bool):

@@ -52,10 +52,9 @@ def _release(args) -> int:
 def _release_platform(args) -> int:
     from grader.platforms import bundle
     from grader.platforms.submission import Settings
+    from grader.release import new_folder
 
     out = Path(args.out).absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
     notebooks = bundle.known(args.notebook or [])
     given = {name: getattr(args, name) for name in PLATFORM_FLAGS[1:] if getattr(args, name) is not None}
     settings = {"show_hidden": False, **given}  # the rest: Settings' defaults
@@ -66,18 +65,13 @@ def _release_platform(args) -> int:
         )
     gradescope = out / "gradescope" if args.prairielearn else out
     prairielearn = out / "prairielearn" if args.gradescope else out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:  # all of it, or nothing
-        staged = Path(tmp) / "out"
+    with new_folder(out) as staged:  # all of it, or nothing
         if args.gradescope:
             bundle.write_gradescope(staged / gradescope.relative_to(out), notebooks, settings)
         if args.prairielearn:
             bundle.write_prairielearn(
                 staged / prairielearn.relative_to(out), notebooks, settings, args.prairielearn
             )
-        if out.exists():
-            out.rmdir()
-        staged.rename(out)
     if args.gradescope:
         print(f"wrote {gradescope}/<notebook>/autograder.zip for Gradescope ({', '.join(notebooks)}): upload")
         print(

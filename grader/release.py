@@ -24,6 +24,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from autograder import language_model
@@ -45,25 +47,33 @@ TEMPLATE = TEMPLATES / "release" / "README.md"
 IMAGE_LINK = re.compile(r"images/([\w.-]+\.png)")
 
 
-def release(out: Path) -> list[Path]:
-    """Write the bundle into `out` (new, or an empty folder); returns the files written. It is made
-    in a folder beside `out` and moved there at the end: a failure leaves `out` as it was."""
+@contextmanager
+def new_folder(out: Path) -> Iterator[Path]:
+    """Where to write what goes into `out` (new, or an empty folder): a folder beside it, moved
+    there at the end, so that a failure leaves `out` as it was."""
     out = Path(out).absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"{out} is not a new or empty folder: give one (nothing there is overwritten)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:
+        staged = Path(tmp) / "out"
+        yield staged
+        if out.exists():
+            out.rmdir()
+        staged.rename(out)
+
+
+def release(out: Path) -> list[Path]:
+    """Write the bundle into `out` (new, or an empty folder: `new_folder`); returns the files written."""
     from grader.build import INSTRUCTOR_ONLY  # mistakes, cases, alternatives: nbgrader ignores them anyway
 
-    checks_left_out = leave_out.left_out()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(out).absolute()
+    checks_left_out = leave_out.left_out()  # a bad course.toml stops it before anything is written
     # The source notebooks as released, away from `out`'s folder: a run killed midway leaves no
     # solutions beside the students' bundle.
-    with (
-        tempfile.TemporaryDirectory() as sources,
-        tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp,
-    ):
+    with new_folder(out) as bundle, tempfile.TemporaryDirectory() as sources:
         source = Path(sources) / "solutions"
         leave_out.copy_solutions(source, checks_left_out, ignore=INSTRUCTOR_ONLY)
-        bundle = Path(tmp) / "bundle"
         write_notebooks(bundle / "notebooks", source)
         write_package(bundle / "checks", source, checks_left_out)
         wheel = build_wheel(bundle / "checks", bundle)
@@ -71,9 +81,6 @@ def release(out: Path) -> list[Path]:
         (bundle / "requirements.txt").write_text(requirements_txt(), encoding="utf-8")
         readme = TEMPLATE.read_text(encoding="utf-8").replace("{wheel}", wheel.name)
         (bundle / "README.md").write_text(readme, encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        bundle.rename(out)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 

@@ -133,25 +133,14 @@ def local_scores(bundles, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gradescope(bundles, tmp_path_factory):
-    """Gradescope's image: the zip unpacked into /autograder/source, setup.sh run as root, and
-    run_autograder copied to /autograder/run_autograder, as its image build does."""
-    unpacked = tmp_path_factory.mktemp("source")
-    with zipfile.ZipFile(bundles / "gradescope" / NOTEBOOK / "autograder.zip") as archive:
+    """Gradescope's image of the bundle's zip, built as Gradescope builds it."""
+    zipped = bundles / "gradescope" / NOTEBOOK / "autograder.zip"
+    with zipfile.ZipFile(zipped) as archive:
         names = set(archive.namelist())
-        assert {"setup.sh", "run_autograder", "platform.json"} <= names  # at the zip's root
-        archive.extractall(unpacked)
         mode = archive.getinfo("run_autograder").external_attr >> 16
+    assert {"setup.sh", "run_autograder", "platform.json"} <= names  # at the zip's root
     assert mode & 0o111, "run_autograder must be executable"
-    (unpacked / "run_autograder").chmod(0o755)
-    build = (
-        "bash /autograder/source/setup.sh && cp /autograder/source/run_autograder /autograder/run_autograder"
-        " && mkdir -p /autograder/submission /autograder/results"
-        # as Gradescope writes it, readable by all
-        " && echo '{\"previous_submissions\": []}' > /autograder/submission_metadata.json"
-    )
-    return Image.build(
-        tmp_path_factory.mktemp("gradescope") / "image", {"/autograder/source": unpacked}, build
-    )
+    return Image.gradescope(tmp_path_factory.mktemp("gradescope") / "image", zipped)
 
 
 def run_autograder(image: Image, container: Path, files, *, bwrap_denied: bool) -> tuple[dict, str]:

@@ -9,7 +9,7 @@ became of it, so the student learns what was not graded and why.
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder.kernel_user import KernelUser
@@ -60,12 +60,11 @@ def grade_submission(folder: Path, settings: Settings, work: Path, scratch: Path
     base, confinement, why = isolation()
     if why:  # for the instructor: the run's standard output
         print(f"[course] no bubblewrap here ({why}): the kernel runs as user {base.kernel_uid}")
-    limits = Limits(
+    limits = replace(
+        base,
         cell_timeout=settings.cell_timeout,
         notebook_timeout=settings.notebook_timeout,
         memory_bytes=int(settings.memory_gib * 2**30),
-        sandboxed=base.sandboxed,
-        kernel_uid=base.kernel_uid,
     )
     outcome = Outcome(settings.notebook, confinement)
     intake = find_submissions(folder, work, frozenset({folder.name}))

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,24 @@ class Image:
         if done.returncode != 0:
             raise AssertionError(f"the image's set-up failed:\n{done.stdout}\n{done.stderr}")
         return image
+
+    @classmethod
+    def gradescope(cls, root: Path, autograder_zip: Path) -> "Image":
+        """Gradescope's image of an autograder.zip: unpacked into /autograder/source, setup.sh run as
+        root, run_autograder copied to /autograder/run_autograder, as its image build does, and the
+        submission's metadata as Gradescope writes it, readable by all."""
+        source = root.with_name(root.name + "-source")
+        with zipfile.ZipFile(autograder_zip) as archive:
+            archive.extractall(source)
+            mode = archive.getinfo("run_autograder").external_attr >> 16
+        (source / "run_autograder").chmod(mode & 0o777)  # extractall drops the modes
+        build = (
+            "bash /autograder/source/setup.sh"
+            " && cp /autograder/source/run_autograder /autograder/run_autograder"
+            " && mkdir -p /autograder/submission /autograder/results"
+            " && echo '{\"previous_submissions\": []}' > /autograder/submission_metadata.json"
+        )
+        return cls.build(root, {"/autograder/source": source}, build)
 
     def run(self, container: Path, command: str, *, bwrap_denied: bool = False, timeout: int = 600):
         """Run `command` in `container`, a fresh copy of the image; the completed process."""
